@@ -1,0 +1,143 @@
+"""`DAPOConfig`: TRL's `GRPOConfig` plus the DAPO extension fields, every one off by default.
+
+Each field carries a ``help`` text, so ``TrlParser`` / ``HfArgumentParser`` expose it as a CLI flag and a YAML key.
+Invalid combinations fail here, at construction, with a message naming the field and the fix.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig
+
+from .advantages import ESTIMATORS, STD_KINDS
+
+
+@dataclass
+class DAPOConfig(GRPOConfig):
+    r"""
+    Configuration class for [`DAPOTrainer`]: every [`trl.GRPOConfig`] parameter, plus the fields below. With the new
+    fields at their defaults, training is identical to `trl.GRPOTrainer`.
+
+    > Advantage estimation
+
+    advantage_estimator (`str`, defaults to `"grpo"`):
+        `"grpo"`: reward minus the group mean. `"loo"`: reward minus the mean of the other scorable siblings
+        (REINFORCE leave-one-out, an unbiased baseline). TRL's `scale_rewards` still decides the division.
+    reward_std (`str`, defaults to `"sample"`):
+        Standard deviation used by `scale_rewards`: `"sample"` (divisor G-1, TRL's choice) or `"population"`
+        (divisor G, as in the DeepSeekMath formula).
+
+    > Overlong reward shaping (DAPO Eq. 13)
+
+    overlong_buffer_length (`int` or `None`, defaults to `None`):
+        Width `L_cache` (tokens) of the soft-penalty zone before `max_completion_length`. `None` disables shaping.
+    overlong_penalty_factor (`float`, defaults to `1.0`):
+        Penalty at the length limit; it falls linearly from 0 to `-overlong_penalty_factor` across the buffer.
+    """
+
+    advantage_estimator: str = field(
+        default="grpo",
+        metadata={
+            "help": "Baseline subtracted from each reward: 'grpo' (group mean, TRL's behaviour) or 'loo' (mean of "
+            "the other scorable siblings, REINFORCE leave-one-out). scale_rewards still decides the division.",
+            "choices": list(ESTIMATORS),
+        },
+    )
+    reward_std: str = field(
+        default="sample",
+        metadata={
+            "help": "Standard deviation used when scale_rewards divides: 'sample' (Bessel, divisor G-1, TRL's "
+            "behaviour) or 'population' (divisor G, the DeepSeekMath formula).",
+            "choices": list(STD_KINDS),
+        },
+    )
+    overlong_buffer_length: int | None = field(
+        default=None,
+        metadata={
+            "help": "DAPO overlong reward shaping: width in tokens of the soft-penalty buffer before "
+            "max_completion_length (L_cache in DAPO Eq. 13). The penalty is added to the reward before advantages "
+            "and logged as rewards/overlong_penalty. None disables it."
+        },
+    )
+    overlong_penalty_factor: float = field(
+        default=1.0,
+        metadata={
+            "help": "DAPO overlong reward shaping: penalty at the length limit; it falls linearly from 0 to "
+            "-overlong_penalty_factor across the buffer."
+        },
+    )
+
+    def __post_init__(self):
+        super().__post_init__()  # resolves steps_per_generation / generation_batch_size first
+        self._validate_extension_fields()
+
+    # Kept separate so a plain GRPOConfig upgraded by `as_dapo_config` can be validated without re-running TRL's
+    # __post_init__ (which rejects its own already-resolved batch fields).
+    def _validate_extension_fields(self) -> None:
+        if self.advantage_estimator not in ESTIMATORS:
+            raise ValueError(
+                f"advantage_estimator={self.advantage_estimator!r} is not supported: use 'grpo' (group mean) or "
+                "'loo' (leave-one-out)."
+            )
+        if self.reward_std not in STD_KINDS:
+            raise ValueError(
+                f"reward_std={self.reward_std!r} is not supported: use 'sample' (divisor G-1) or 'population' "
+                "(divisor G)."
+            )
+        recomputes_advantages = self.advantage_estimator != "grpo" or self.reward_std != "sample"
+        if recomputes_advantages and self.multi_objective_aggregation != "sum_then_normalize":
+            raise ValueError(
+                f"advantage_estimator={self.advantage_estimator!r} / reward_std={self.reward_std!r} apply to the "
+                "summed reward, but multi_objective_aggregation="
+                f"{self.multi_objective_aggregation!r} normalises each reward function separately. Set "
+                "multi_objective_aggregation='sum_then_normalize', or keep advantage_estimator='grpo' and "
+                "reward_std='sample'."
+            )
+        self._validate_overlong_fields()
+
+    def _validate_overlong_fields(self) -> None:
+        if self.overlong_buffer_length is None:
+            return
+        if self.max_completion_length is None:
+            raise ValueError(
+                "overlong_buffer_length needs a length limit: set max_completion_length (the L_max of DAPO Eq. 13), "
+                "or set overlong_buffer_length=None to disable overlong shaping."
+            )
+        if isinstance(self.overlong_buffer_length, bool) or not isinstance(self.overlong_buffer_length, int):
+            raise ValueError(f"overlong_buffer_length must be an int number of tokens, got {self.overlong_buffer_length!r}.")
+        if not 0 < self.overlong_buffer_length < self.max_completion_length:
+            raise ValueError(
+                f"overlong_buffer_length={self.overlong_buffer_length} must be > 0 and < max_completion_length="
+                f"{self.max_completion_length}: the buffer is the last part of the length budget. DAPO used 4096 "
+                "of 20480; try about a fifth of max_completion_length, or None to disable shaping."
+            )
+        if not self.overlong_penalty_factor > 0:
+            raise ValueError(
+                f"overlong_penalty_factor={self.overlong_penalty_factor} must be > 0 (DAPO uses 1.0); to disable "
+                "shaping set overlong_buffer_length=None."
+            )
+        if self.multi_objective_aggregation != "sum_then_normalize":
+            raise ValueError(
+                "overlong_buffer_length adds the length penalty to the summed reward before advantages (DAPO), "
+                f"but multi_objective_aggregation={self.multi_objective_aggregation!r} would normalise the penalty "
+                "on its own. Set multi_objective_aggregation='sum_then_normalize', or drop overlong shaping and add "
+                "trl.rewards.get_soft_overlong_punishment as an ordinary reward function."
+            )
+
+
+def as_dapo_config(args: GRPOConfig) -> DAPOConfig:
+    """Return ``args`` as a `DAPOConfig`; a plain ``trl.GRPOConfig`` gets every extension field at its default.
+
+    This lets `DAPOTrainer` accept the config of an unchanged TRL script. The copy shares no state with ``args``.
+    """
+    if isinstance(args, DAPOConfig):
+        return args
+    if not isinstance(args, GRPOConfig):
+        raise TypeError(f"args must be a trl.GRPOConfig or DAPOConfig, got {type(args).__name__}")
+    upgraded = copy.copy(args)
+    # The extension fields all have plain class-level defaults, so the upgraded instance reads them from the class.
+    upgraded.__class__ = DAPOConfig
+    upgraded._validate_extension_fields()
+    return upgraded
