@@ -12,11 +12,12 @@ For completion ``i`` of a group with rewards ``r_1..r_G`` (scorable members only
 
 ``s`` is the group's standard deviation (``scale="group"``), the whole batch's (``scale="batch"``), or no division at
 all (``scale="none"``). ``std="sample"`` uses Bessel's divisor ``G - 1`` as TRL does; ``std="population"`` uses ``G``
-as the seed texts do. A group whose denominator is 0 (possible only with ``eps=0``) gets advantage 0: there is no
-within-group contrast to learn from.
+as the seed texts do. A group whose scorable rewards are all equal gets advantage 0 (the seeds' explicit zero-variance
+branch): there is no within-group contrast to learn from.
 
 With the defaults (``grpo``, ``group``, ``sample``, ``eps=1e-4``) the result is bit-identical to the advantages TRL's
-``GRPOTrainer`` computes for ``multi_objective_aggregation="sum_then_normalize"``.
+``GRPOTrainer`` computes for ``multi_objective_aggregation="sum_then_normalize"``, except on groups whose rewards are
+all equal: there TRL can return rounding noise (an ulp of the mean divided by 1e-4) and this function returns 0.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ def nan_std(values: torch.Tensor, dim: int | None = None, kind: StdKind = "sampl
     mean = torch.nanmean(values, dim=dim, keepdim=True)
     variance = torch.nanmean((values - mean) ** 2, dim=dim, keepdim=True)
     if kind == "sample":
-        count = torch.sum(~torch.isnan(values), dim=dim, keepdim=True)
+        # In the values' dtype: an integer count would divide to float32 and cost float64 inputs their precision.
+        count = torch.sum(~torch.isnan(values), dim=dim, keepdim=True).to(values.dtype)
         correction = count / (count - 1)
         correction = torch.where(count > 1, correction, torch.full_like(correction, float("nan")))
         variance = variance * correction
@@ -112,7 +114,18 @@ def group_advantages(
         # NaN (fewer than two scorable) or 0 (eps == 0, no contrast) denominators carry no signal: advantage 0.
         advantages = torch.where(denominator > 0, centred / denominator, torch.zeros_like(centred))
 
+    # Zero-variance branch, explicit: a group whose scorable rewards are all equal has no contrast. Without it, the
+    # rounding error of its mean (an ulp) divided by std + eps (1e-4) would leak noise of order 1e-4 into the update.
+    advantages = torch.where(_has_contrast(grouped), advantages, torch.zeros_like(advantages))
     return torch.nan_to_num(advantages, nan=0.0).view_as(rewards)
+
+
+def _has_contrast(grouped: torch.Tensor) -> torch.Tensor:
+    """(B, 1) bool: True where a group's scorable rewards are not all equal."""
+    missing = torch.isnan(grouped)
+    highest = torch.where(missing, -torch.inf, grouped).amax(dim=1, keepdim=True)
+    lowest = torch.where(missing, torch.inf, grouped).amin(dim=1, keepdim=True)
+    return highest > lowest
 
 
 def _check_arguments(
