@@ -30,3 +30,43 @@ def grpo_kwargs(tmp_path, **overrides):
     )
     kwargs.update(overrides)
     return kwargs
+
+
+def add_eos_bias(model, eos_token_id: int, bias: float):
+    """Give the tiny model's LM head a bias towards EOS so sampled completions have varied lengths.
+
+    The new head shares the tied weight Parameter, so only the bias is new.
+    """
+    import torch
+    from torch import nn
+
+    head = model.lm_head
+    biased = nn.Linear(head.in_features, head.out_features, bias=True)
+    biased.weight = head.weight
+    with torch.no_grad():
+        biased.bias.zero_()
+        biased.bias[eos_token_id] = bias
+    model.lm_head = biased
+    return model
+
+
+def constant_reward(completions, **kwargs):
+    """Every completion right: zero variance in every group."""
+    return [1.0] * len(completions)
+
+
+class RoundRecorder:
+    """Wraps a trainer's `_generate_and_score_completions` and keeps each returned batch (tensors cloned)."""
+
+    def __init__(self, trainer):
+        self.batches = []
+        self.rewards = []
+        original = trainer._generate_and_score_completions
+
+        def recorded(inputs):
+            output = original(inputs)
+            self.batches.append({k: v.clone() if hasattr(v, "clone") else v for k, v in output.items()})
+            self.rewards.append(trainer._last_rewards_per_func.clone())
+            return output
+
+        trainer._generate_and_score_completions = recorded

@@ -35,7 +35,9 @@ SCALES: tuple[str, ...] = ("group", "batch", "none")
 STD_KINDS: tuple[str, ...] = ("sample", "population")
 
 
-def nan_std(values: torch.Tensor, dim: int | None = None, kind: StdKind = "sample", keepdim: bool = False) -> torch.Tensor:
+def nan_std(
+    values: torch.Tensor, dim: int | None = None, kind: StdKind = "sample", keepdim: bool = False
+) -> torch.Tensor:
     """Standard deviation ignoring NaN, with Bessel's (``"sample"``) or the plain (``"population"``) divisor.
 
     Fewer than two scorable values give NaN for ``"sample"`` (undefined) and 0 for one value with ``"population"``.

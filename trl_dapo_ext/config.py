@@ -106,7 +106,9 @@ class DAPOConfig(GRPOConfig):
                 "or set overlong_buffer_length=None to disable overlong shaping."
             )
         if isinstance(self.overlong_buffer_length, bool) or not isinstance(self.overlong_buffer_length, int):
-            raise ValueError(f"overlong_buffer_length must be an int number of tokens, got {self.overlong_buffer_length!r}.")
+            raise ValueError(
+                f"overlong_buffer_length must be an int number of tokens, got {self.overlong_buffer_length!r}."
+            )
         if not 0 < self.overlong_buffer_length < self.max_completion_length:
             raise ValueError(
                 f"overlong_buffer_length={self.overlong_buffer_length} must be > 0 and < max_completion_length="

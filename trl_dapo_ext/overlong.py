@@ -41,7 +41,9 @@ def overlong_penalty(
     if max_length <= 0:
         raise ValueError(f"max_length must be > 0, got {max_length}")
     if not 0 < buffer_length <= max_length:
-        raise ValueError(f"buffer_length must satisfy 0 < buffer_length <= max_length={max_length}, got {buffer_length}")
+        raise ValueError(
+            f"buffer_length must satisfy 0 < buffer_length <= max_length={max_length}, got {buffer_length}"
+        )
     if penalty_factor < 0:
         raise ValueError(f"penalty_factor must be >= 0, got {penalty_factor}")
     lengths = torch.as_tensor(lengths, dtype=torch.float64)
