@@ -15,6 +15,10 @@ from datasets import Dataset
 
 from trl_dapo_ext.tiny import build_char_tokenizer, build_tiny_causal_lm
 
+import trl115_cpu_shim  # noqa: E402
+
+trl115_cpu_shim.install_if_needed()
+
 # Two torch threads on a busy 2-core machine run far slower than one.
 torch.set_num_threads(1)
 

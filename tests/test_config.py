@@ -10,6 +10,8 @@ from trl import TrlParser
 
 from trl_dapo_ext import DAPOConfig, as_dapo_config
 
+pytestmark = pytest.mark.trainer  # depends on TRL's config dataclass: re-run against every supported release
+
 BASE = dict(
     output_dir="out", use_cpu=True, bf16=False, report_to="none", per_device_train_batch_size=8, num_generations=4
 )
