@@ -11,11 +11,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest
 import torch
+import trl115_cpu_shim  # noqa: E402
 from datasets import Dataset
 
 from trl_dapo_ext.tiny import build_char_tokenizer, build_tiny_causal_lm
-
-import trl115_cpu_shim  # noqa: E402
 
 trl115_cpu_shim.install_if_needed()
 
