@@ -66,7 +66,7 @@ class RoundRecorder:
         def recorded(inputs):
             output = original(inputs)
             self.batches.append({k: v.clone() if hasattr(v, "clone") else v for k, v in output.items()})
-            self.rewards.append(trainer._last_rewards_per_func.clone())
+            self.rewards.append(trainer._last_round.rewards_per_func.clone())
             return output
 
         trainer._generate_and_score_completions = recorded

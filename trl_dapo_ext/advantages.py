@@ -171,3 +171,28 @@ def combine_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> to
     combined = (rewards_per_func * weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
     combined[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
     return combined
+
+
+def normalize_then_sum_advantages(
+    rewards_per_func: torch.Tensor, weights: torch.Tensor, num_generations: int, eps: float = 1e-4
+) -> torch.Tensor:
+    """TRL's ``multi_objective_aggregation="normalize_then_sum"`` (GDPO) advantages, as a pure function.
+
+    Each reward function is normalised within its group, the normalised rewards are summed with ``weights``, and the
+    sum is normalised over the whole batch. Dynamic sampling calls it on the retained batch, since the batch-level
+    statistics of a generation round no longer apply once groups are dropped.
+    """
+    num_funcs = weights.numel()
+    grouped = rewards_per_func.view(-1, num_generations, num_funcs)
+    mean_per_func = torch.nanmean(grouped, dim=1, keepdim=True)
+    if num_generations > 1:
+        std_per_func = nan_std(grouped, dim=1, keepdim=True)
+    else:
+        std_per_func = torch.zeros_like(mean_per_func)
+    normalised = ((grouped - mean_per_func) / (std_per_func + eps)).view(-1, num_funcs)
+    # nansum, then NaN only where every *raw* reward is missing (a lone scorable member normalises to NaN but counts).
+    combined = (normalised * weights.to(normalised.device).unsqueeze(0)).nansum(dim=1)
+    combined[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+    spread = nan_std(combined) if combined.numel() > 1 else torch.zeros(())
+    advantages = (combined - torch.nanmean(combined)) / (spread + eps)
+    return torch.nan_to_num(advantages, nan=0.0)

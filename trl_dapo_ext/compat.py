@@ -40,6 +40,9 @@ PRIVATE_ATTRIBUTES: tuple[str, ...] = (
     "num_generations_eval",
     "_metrics",
     "_logs",
+    "_tokenizer",
+    "eos_token_ids",
+    "log_completions",
 )
 
 

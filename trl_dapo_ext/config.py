@@ -35,6 +35,25 @@ class DAPOConfig(GRPOConfig):
         Width `L_cache` (tokens) of the soft-penalty zone before `max_completion_length`. `None` disables shaping.
     overlong_penalty_factor (`float`, defaults to `1.0`):
         Penalty at the length limit; it falls linearly from 0 to `-overlong_penalty_factor` across the buffer.
+
+    > Dynamic sampling (DAPO Sec. 3.2)
+
+    dynamic_sampling (`bool`, defaults to `False`):
+        Drop prompt groups whose task reward does not vary and generate more until the update batch holds the
+        configured number of informative groups.
+    dynamic_sampling_reward_funcs (`list[str]` or `None`, defaults to `None`):
+        Reward functions (names or indices) that decide whether a group is informative; default: every task reward
+        function (never the overlong penalty).
+    dynamic_sampling_std_tolerance (`float`, defaults to `0.0`):
+        A group is informative when the population std of its filter reward exceeds this.
+    dynamic_sampling_max_rounds (`int`, defaults to `10`):
+        Generation rounds allowed per optimizer batch, the first included (veRL's `max_num_gen_batches`).
+    dynamic_sampling_oversample (`float`, defaults to `1.0`):
+        First-round size as a multiple of the batch's groups (DAPO used 3x); later rounds ask for what is missing,
+        scaled by the observed retention, and never more than the first round.
+    dynamic_sampling_on_exhausted (`str`, defaults to `"error"`):
+        When the budget runs out: `"error"` raises with the counts; `"fill"` completes the batch with the closest
+        uninformative groups, masked out of the loss, and warns once.
     """
 
     advantage_estimator: str = field(
@@ -69,6 +88,47 @@ class DAPOConfig(GRPOConfig):
         },
     )
 
+    dynamic_sampling: bool = field(
+        default=False,
+        metadata={
+            "help": "DAPO dynamic sampling: drop prompt groups whose task reward does not vary and keep generating "
+            "until the update batch holds the configured number of informative groups (within "
+            "dynamic_sampling_max_rounds)."
+        },
+    )
+    dynamic_sampling_reward_funcs: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Reward functions (names as logged under rewards/, or indices) whose weighted sum decides whether "
+            "a group is informative. Default: every task reward function; the overlong penalty never counts."
+        },
+    )
+    dynamic_sampling_std_tolerance: float = field(
+        default=0.0,
+        metadata={"help": "A group is informative when the population std of its filter reward exceeds this."},
+    )
+    dynamic_sampling_max_rounds: int = field(
+        default=10,
+        metadata={
+            "help": "Generation rounds allowed per optimizer batch, the first included (veRL: max_num_gen_batches)."
+        },
+    )
+    dynamic_sampling_oversample: float = field(
+        default=1.0,
+        metadata={
+            "help": "First-round size as a multiple of the batch's prompt groups, generated in one call (DAPO used 3). "
+            "Refill rounds ask for the missing groups divided by the observed retention, capped at the first round."
+        },
+    )
+    dynamic_sampling_on_exhausted: str = field(
+        default="error",
+        metadata={
+            "help": "When the round budget runs out before the batch is full: 'error' raises with the counts; 'fill' "
+            "completes the batch with the closest uninformative groups, masked out of the loss, and warns once.",
+            "choices": ["error", "fill"],
+        },
+    )
+
     def __post_init__(self):
         super().__post_init__()  # resolves steps_per_generation / generation_batch_size first
         self._validate_extension_fields()
@@ -96,6 +156,7 @@ class DAPOConfig(GRPOConfig):
                 "reward_std='sample'."
             )
         self._validate_overlong_fields()
+        self._validate_dynamic_sampling_fields()
 
     def _validate_overlong_fields(self) -> None:
         if self.overlong_buffer_length is None:
@@ -126,6 +187,46 @@ class DAPOConfig(GRPOConfig):
                 f"but multi_objective_aggregation={self.multi_objective_aggregation!r} would normalise the penalty "
                 "on its own. Set multi_objective_aggregation='sum_then_normalize', or drop overlong shaping and add "
                 "trl.rewards.get_soft_overlong_punishment as an ordinary reward function."
+            )
+
+    def _validate_dynamic_sampling_fields(self) -> None:
+        if not self.dynamic_sampling:
+            return
+        if isinstance(self.dynamic_sampling_max_rounds, bool) or not (
+            isinstance(self.dynamic_sampling_max_rounds, int) and self.dynamic_sampling_max_rounds >= 1
+        ):
+            raise ValueError(
+                f"dynamic_sampling_max_rounds={self.dynamic_sampling_max_rounds!r} must be an int >= 1 (generation "
+                "rounds per optimizer batch, the first included; DAPO used 10)."
+            )
+        if not self.dynamic_sampling_oversample >= 1.0:
+            raise ValueError(
+                f"dynamic_sampling_oversample={self.dynamic_sampling_oversample} must be >= 1.0: the first round "
+                "must generate at least the batch's own prompt groups (DAPO used 3.0)."
+            )
+        if not self.dynamic_sampling_std_tolerance >= 0:
+            raise ValueError(
+                f"dynamic_sampling_std_tolerance={self.dynamic_sampling_std_tolerance} must be >= 0 (0 keeps every "
+                "group whose reward varies at all)."
+            )
+        if self.dynamic_sampling_on_exhausted not in ("error", "fill"):
+            raise ValueError(
+                f"dynamic_sampling_on_exhausted={self.dynamic_sampling_on_exhausted!r} is not supported: use "
+                "'error' or 'fill'."
+            )
+        local_rows = self.per_device_train_batch_size * self.steps_per_generation
+        if local_rows % self.num_generations != 0:
+            raise ValueError(
+                f"dynamic_sampling needs whole prompt groups on every process, but per_device_train_batch_size * "
+                f"steps_per_generation = {self.per_device_train_batch_size} * {self.steps_per_generation} = "
+                f"{local_rows} is not a multiple of num_generations={self.num_generations}. Make "
+                "per_device_train_batch_size (or gradient_accumulation_steps / steps_per_generation) a multiple of "
+                "num_generations divided by their common factors, e.g. per_device_train_batch_size="
+                f"{self.num_generations}."
+            )
+        if self.dynamic_sampling_reward_funcs is not None and not self.dynamic_sampling_reward_funcs:
+            raise ValueError(
+                "dynamic_sampling_reward_funcs=[] selects no reward function; leave it None to use every task reward."
             )
 
 

@@ -2,29 +2,99 @@
 
 Overridden `GRPOTrainer` methods (pinned in `compat.py`) and why:
 
-* ``__init__``: accepts a plain ``trl.GRPOConfig``; appends the overlong penalty as one more reward function, so it is
-  added to the reward before advantages, logged on its own, and works with every generation backend.
-* ``_calculate_rewards``: calls ``super()`` and keeps the gathered ``(N_global, n_funcs)`` reward matrix, which TRL
-  does not return from a generation round.
-* ``_generate_and_score_completions``: calls ``super()`` for the round, then replaces ``advantages`` when the config
-  asks for leave-one-out baselines or the population standard deviation (`advantages.group_advantages`).
+* ``__init__``: accepts a plain ``trl.GRPOConfig``; appends the overlong penalty as one more reward function (so it
+  is added to the reward before advantages, logged on its own, and works with every generation backend); sets up the
+  refill stream for dynamic sampling.
+* ``_calculate_rewards``: calls ``super()`` and keeps the gathered ``(N_global, n_funcs)`` reward matrix and the
+  round's completions, which TRL does not return from a generation round; names the failing step when a reward
+  function raises.
+* ``_generate_and_score_completions``: without dynamic sampling, one ``super()`` call, then the configured advantage
+  estimator. With it (training only), ``super()`` once per generation round, keeping the informative groups, until
+  the batch is full or the round budget is spent; then advantages, ``num_items_in_batch`` and TRL's batch metrics are
+  recomputed on the batch actually trained on.
+* ``train``: restores the refill stream's position when resuming from a checkpoint.
 
-Nothing else is touched: loss, generation, logging and the optimizer are TRL's. With every extension field at its
-default, the trainer computes exactly what ``trl.GRPOTrainer`` computes.
+Loss, generation, optimizer and logging stay TRL's. With every extension field at its default, the trainer computes
+exactly what ``trl.GRPOTrainer`` computes.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import math
+import os
+import warnings
+from collections import defaultdict, deque
+from dataclasses import dataclass
 from typing import Any
 
 import torch
+from accelerate.utils import gather_object
+from transformers import TrainerCallback
+from transformers.trainer_callback import ProgressCallback
+from transformers.trainer_utils import get_last_checkpoint
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
 from . import compat
-from .advantages import combine_rewards, group_advantages
+from .advantages import combine_rewards, group_advantages, normalize_then_sum_advantages
+from .batch import concat_rows, select_rows
+from .batch_metrics import RECOMPUTED_KEYS, trl_batch_metrics
 from .config import DAPOConfig, as_dapo_config
+from .filtering import (
+    fill_priority,
+    group_reward_spread,
+    informative_groups,
+    plan_refill_groups,
+    zero_variance_split,
+)
 from .overlong import OverlongPenalty
+from .refill import RefillSampler
+
+logger = logging.getLogger(__name__)
+
+REFILL_STATE_FILE = "dapo_refill_state.json"
+
+
+class DynamicSamplingExhausted(RuntimeError):
+    """The round budget ran out before the batch held enough informative groups (``on_exhausted="error"``)."""
+
+
+class RewardFunctionError(RuntimeError):
+    """A reward function raised; the message names the step and the reward functions."""
+
+
+@dataclass
+class _Round:
+    """What one generation round left behind, beyond TRL's output dict (local rows unless noted)."""
+
+    rewards_per_func: torch.Tensor  # gathered over processes: (N_global, n_funcs)
+    completion_ids: list[list[int]]
+
+
+@dataclass
+class _Assembled:
+    """Per-row facts about an assembled update batch that TRL's output dict does not carry (local rows)."""
+
+    rewards_per_func: torch.Tensor
+    lengths: torch.Tensor
+    truncated: torch.Tensor
+    filled: torch.Tensor
+    origin: list[tuple[int, int, int]]
+    global_advantages: torch.Tensor
+
+
+@dataclass
+class _Part:
+    """Whole groups selected from one round, ready to be concatenated into the update batch."""
+
+    batch: dict[str, Any]
+    rewards_per_func: torch.Tensor  # (rows, n_funcs)
+    lengths: torch.Tensor
+    truncated: torch.Tensor
+    origin: list[tuple[int, int, int]]  # (round, round's rows per process, local row) for the completions table
+    filled: bool = False
 
 
 class DAPOTrainer(GRPOTrainer):
@@ -32,7 +102,7 @@ class DAPOTrainer(GRPOTrainer):
 
     Example:
         >>> from trl_dapo_ext import DAPOConfig, DAPOTrainer
-        >>> args = DAPOConfig("out", advantage_estimator="loo", overlong_buffer_length=64)  # doctest: +SKIP
+        >>> args = DAPOConfig("out", dynamic_sampling=True, overlong_buffer_length=64)  # doctest: +SKIP
         >>> DAPOTrainer(model, reward_funcs=[my_reward], args=args, train_dataset=ds).train()  # doctest: +SKIP
     """
 
@@ -46,14 +116,15 @@ class DAPOTrainer(GRPOTrainer):
         super().__init__(model, reward_funcs, args=args, **kwargs)
         compat.check_private_attributes(self)
 
-        # Rewards of the latest round, gathered over processes: (N_global, n_funcs), identical on every rank.
-        self._last_rewards_per_func: torch.Tensor | None = None
+        self._last_round: _Round | None = None
         # Columns of the reward matrix that score the task (everything but our overlong penalty).
         self.task_reward_indices = list(range(len(self.reward_funcs)))
         if args.overlong_buffer_length is not None:
             self._append_reward_function(
                 OverlongPenalty(args.max_completion_length, args.overlong_buffer_length, args.overlong_penalty_factor)
             )
+        if args.dynamic_sampling:
+            self._setup_dynamic_sampling()
 
     def _append_reward_function(self, reward_func, weight: float = 1.0) -> None:
         # After super().__init__ (its reward_weights length check counts only the user's functions), the same way
@@ -63,37 +134,428 @@ class DAPOTrainer(GRPOTrainer):
         self.reward_processing_classes.append(None)
         self.reward_weights = torch.cat([self.reward_weights, torch.tensor([weight], dtype=torch.float32)])
 
+    # ------------------------------------------------------------------------------------------------------------
+    # Rewards and advantages of one round
+    # ------------------------------------------------------------------------------------------------------------
+
     @property
     def recomputes_advantages(self) -> bool:
         return self.args.advantage_estimator != "grpo" or self.args.reward_std != "sample"
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        self._last_rewards_per_func = rewards_per_func
+        try:
+            rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        except Exception as error:
+            raise RewardFunctionError(
+                f"a reward function raised at step {self.state.global_step} (reward functions: "
+                f"{self.reward_func_names}): {type(error).__name__}: {error}. Fix the function, or return None for "
+                "completions it cannot score (TRL leaves those out of the advantages)."
+            ) from error
+        self._last_round = _Round(rewards_per_func=rewards_per_func, completion_ids=completion_ids_list)
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, torch.Tensor | Any]:
+        if self.args.dynamic_sampling and self.model.training:
+            return self._dynamic_sampling_batch(inputs)
         output = super()._generate_and_score_completions(inputs)
         if self.recomputes_advantages:
-            output["advantages"] = self._local_advantages(self._last_rewards_per_func, local_rows=len(inputs))
+            advantages = self._advantages(self._last_round.rewards_per_func)
+            self._replace_logged_advantages(advantages)
+            output["advantages"] = self._local_rows(advantages, len(inputs))
         return output
 
-    def _local_advantages(self, rewards_per_func: torch.Tensor, local_rows: int) -> torch.Tensor:
-        """Advantages of this rank's rows from the gathered reward matrix, with the configured estimator."""
+    def _advantages(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
+        """Advantages of every row of a gathered reward matrix, with the configured estimator and aggregation."""
         mode = "train" if self.model.training else "eval"
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
-        rewards = combine_rewards(rewards_per_func, self.reward_weights)
-        advantages = group_advantages(
-            rewards,
+        if self.args.multi_objective_aggregation == "normalize_then_sum":
+            return normalize_then_sum_advantages(rewards_per_func, self.reward_weights, num_generations)
+        return group_advantages(
+            combine_rewards(rewards_per_func, self.reward_weights),
             num_generations,
             estimator=self.args.advantage_estimator,
             scale=self.args.scale_rewards,
             std=self.args.reward_std,
         )
+
+    def _local_rows(self, global_rows: torch.Tensor, local_count: int) -> torch.Tensor:
+        start = self.accelerator.process_index * local_count
+        return global_rows[start : start + local_count]
+
+    def _replace_logged_advantages(self, advantages: torch.Tensor) -> None:
         # The completions table (log_completions) should show the advantages actually trained on.
         logged = self._logs["advantages"]
         for _ in range(min(len(advantages), len(logged))):
             logged.pop()
         logged.extend(advantages.tolist())
-        start = self.accelerator.process_index * local_rows
-        return advantages[start : start + local_rows]
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Dynamic sampling
+    # ------------------------------------------------------------------------------------------------------------
+
+    def _setup_dynamic_sampling(self) -> None:
+        args = self.args
+        dataset = self.train_dataset
+        if dataset is None or not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
+            raise ValueError(
+                "dynamic_sampling draws refill prompts from train_dataset and needs a map-style dataset (with len "
+                "and indexing); an IterableDataset or no dataset is not supported. Convert it with "
+                "datasets.Dataset.from_generator / from_list, or set dynamic_sampling=False."
+            )
+        groups_per_batch = (
+            args.per_device_train_batch_size * args.steps_per_generation // self.num_generations
+        ) * self.accelerator.num_processes
+        if len(dataset) < groups_per_batch:
+            raise ValueError(
+                f"train_dataset has {len(dataset)} prompts, but every optimizer batch needs {groups_per_batch} prompt "
+                "groups: dynamic sampling could never fill a batch with distinct prompts. Use a larger dataset or a "
+                "smaller per_device_train_batch_size * steps_per_generation / num_generations."
+            )
+        self.filter_reward_indices = self._resolve_filter_reward_funcs(args.dynamic_sampling_reward_funcs)
+        seed = args.data_seed if args.data_seed is not None else args.seed
+        self.refill_sampler = RefillSampler(len(dataset), seed=seed, shuffle=args.shuffle_dataset)
+        self._reward_range = [math.inf, -math.inf]  # filter-reward extremes seen so far (all_max / all_min split)
+        self._warned_fill = False
+        self.add_callback(_RefillCheckpointCallback(self))
+
+    def _resolve_filter_reward_funcs(self, selection: list[str] | None) -> list[int]:
+        names = self.reward_func_names
+        if selection is None:
+            return list(self.task_reward_indices)
+        indices = []
+        for item in selection:
+            text = str(item)
+            if text.isdigit() and int(text) < len(names):
+                index = int(text)
+            elif text in names:
+                index = names.index(text)
+            else:
+                raise ValueError(
+                    f"dynamic_sampling_reward_funcs names {item!r}, which is not a reward function here; choose "
+                    f"from {[names[i] for i in self.task_reward_indices]} (or their indices)."
+                )
+            if index not in self.task_reward_indices:
+                raise ValueError(
+                    f"dynamic_sampling_reward_funcs selects {names[index]!r}, the overlong length penalty: groups "
+                    "are filtered on the task reward (DAPO filters on accuracy), never on length shaping."
+                )
+            indices.append(index)
+        return sorted(set(indices))
+
+    def _refill_rows(self, groups_per_process: int) -> list[dict[str, Any]]:
+        """Fresh dataset rows for ``groups_per_process`` new prompts, each repeated G times (as TRL's sampler does)."""
+        if groups_per_process <= 0:
+            return []
+        indices = self.refill_sampler.take_local(
+            groups_per_process, self.accelerator.process_index, self.accelerator.num_processes
+        )
+        rows = []
+        for index in indices:
+            row = self.train_dataset[index]
+            rows.extend(dict(row) for _ in range(self.num_generations))
+        return rows
+
+    def _dynamic_sampling_batch(self, inputs: list[dict[str, Any]]) -> dict[str, torch.Tensor | Any]:
+        args, G = self.args, self.num_generations
+        num_processes = self.accelerator.num_processes
+        target = len(inputs) // G  # groups this process must deliver
+        first_round_groups = math.ceil(target * args.dynamic_sampling_oversample)
+        max_rounds = args.dynamic_sampling_max_rounds
+        metric_marks = {key: len(values) for key, values in self._metrics["train"].items()}
+        original_logs, round_logs = self._logs, {}
+
+        kept: list[_Part] = []
+        fill_candidates: list[tuple[tuple, _Part]] = []  # (priority key, one uninformative group)
+        totals = torch.zeros(6, dtype=torch.long)  # global: attempted, informative, surplus, all_max, all_min, other
+        rows = inputs + self._refill_rows(first_round_groups - target)
+        for round_index in range(1, max_rounds + 1):
+            if self.log_completions:
+                self._logs = round_logs[round_index] = _empty_like(original_logs)
+            output = super()._generate_and_score_completions(rows)
+            record = self._last_round
+            local_count = len(rows)
+            local_rewards = self._local_rows(record.rewards_per_func, local_count)
+
+            # Which groups vary in the task reward (the overlong penalty never counts).
+            filter_columns = local_rewards[:, self.filter_reward_indices]
+            filter_rewards = combine_rewards(filter_columns, self.reward_weights[self.filter_reward_indices])
+            informative = informative_groups(filter_rewards, G, args.dynamic_sampling_std_tolerance)
+            self._update_reward_range(record.rewards_per_func)
+            split = zero_variance_split(filter_rewards, G, informative, *self._reward_range)
+
+            already = sum(len(part.origin) for part in kept) // G
+            informative_ids = informative.nonzero().flatten()
+            take = informative_ids[: max(target - already, 0)]
+            if len(take):
+                kept.append(self._select_groups(output, record, local_rewards, take, round_index, local_count))
+            if args.dynamic_sampling_on_exhausted == "fill":
+                self._collect_fill_candidates(
+                    fill_candidates,
+                    output,
+                    record,
+                    local_rewards,
+                    filter_rewards,
+                    informative,
+                    round_index,
+                    local_count,
+                    room=target - already - len(take),
+                )
+            round_counts = [
+                len(informative),
+                len(informative_ids),
+                len(informative_ids) - len(take),
+                split.all_max,
+                split.all_min,
+                split.other,
+            ]
+            kept_now = already + len(take)
+            gathered = self.accelerator.gather(torch.tensor([kept_now, *round_counts], device=self.accelerator.device))
+            gathered = gathered.view(num_processes, -1).cpu()
+            totals += gathered[:, 1:].sum(dim=0)
+            kept_per_process = gathered[:, 0]
+            self._show_progress(round_index, max_rounds, int(kept_per_process.sum()), target * num_processes)
+            if int(kept_per_process.min()) >= target or round_index == max_rounds:
+                break
+            # The same plan on every process (it only reads gathered counts), so every process generates alike.
+            next_groups = plan_refill_groups(
+                missing_groups=int((target - kept_per_process).max()),
+                attempted_groups=int(totals[0]),
+                informative_groups_seen=int(totals[1]),
+                max_groups=first_round_groups,
+            )
+            rows = self._refill_rows(next_groups)
+
+        self._logs = original_logs
+        retained_per_process = kept_per_process.clamp(max=target)
+        missing = target - sum(len(part.origin) for part in kept) // G
+        if int(retained_per_process.min()) < target:
+            if args.dynamic_sampling_on_exhausted == "error":
+                raise DynamicSamplingExhausted(
+                    self._exhausted_message(round_index, totals, retained_per_process, target)
+                )
+            self._warn_fill_once(round_index, retained_per_process, target)
+        fillers = [part for _, part in fill_candidates[: max(missing, 0)]]
+        if len(fillers) < missing:  # cannot happen: every attempted group is either kept or a candidate
+            raise RuntimeError(f"dynamic sampling lost track of groups: {missing} missing, {len(fillers)} fillers")
+
+        batch, facts = self._assemble(kept + fillers)
+        self._log_dynamic_sampling(round_index, totals, retained_per_process, len(fillers), metric_marks, facts)
+        if self.log_completions:
+            self._rebuild_completion_logs(round_logs, facts)
+        return batch
+
+    def _select_groups(self, output, record: _Round, local_rewards, group_ids, round_index, local_count) -> _Part:
+        G = self.num_generations
+        rows = (group_ids.unsqueeze(1) * G + torch.arange(G)).flatten()
+        row_list = rows.tolist()
+        completion_ids = [record.completion_ids[i] for i in row_list]
+        eos_and_pad = {*self.eos_token_ids, self._tokenizer.pad_token_id}
+        tool_mask = output.get("tool_mask")
+        if tool_mask is not None:  # count model tokens only, as TRL's length metrics do
+            lengths = [int(tool_mask[i, : len(completion_ids[j])].sum()) for j, i in enumerate(row_list)]
+        else:
+            lengths = [len(ids) for ids in completion_ids]
+        return _Part(
+            batch=select_rows(output, rows),
+            rewards_per_func=local_rewards.index_select(0, rows.to(local_rewards.device)),
+            lengths=torch.tensor(lengths),
+            truncated=torch.tensor([ids[-1] not in eos_and_pad if ids else False for ids in completion_ids]),
+            origin=[(round_index, local_count, i) for i in row_list],
+        )
+
+    def _collect_fill_candidates(
+        self, candidates, output, record, local_rewards, filter_rewards, informative, round_index, local_count, room
+    ) -> None:
+        """Keep the best uninformative groups seen so far, never more than the batch could still need (``room``).
+
+        ``room`` only shrinks as informative groups are kept, so groups pruned now can never be needed later.
+        """
+        G = self.num_generations
+        spread, _ = group_reward_spread(filter_rewards, G)
+        fresh = [
+            ((-spread[group_id].item(), round_index, order), group_id)
+            for order, group_id in enumerate(fill_priority(filter_rewards, G).tolist())
+            if not informative[group_id]
+        ]
+        ranked = sorted(candidates + fresh, key=lambda candidate: candidate[0])[: max(room, 0)]
+        candidates[:] = [
+            (
+                key,
+                item
+                if isinstance(item, _Part)
+                else self._filler(output, record, local_rewards, item, round_index, local_count),
+            )
+            for key, item in ranked
+        ]
+
+    def _filler(self, output, record, local_rewards, group_id: int, round_index: int, local_count: int) -> _Part:
+        part = self._select_groups(output, record, local_rewards, torch.tensor([group_id]), round_index, local_count)
+        part.filled = True
+        return part
+
+    def _assemble(self, parts: list[_Part]) -> tuple[dict[str, Any], _Assembled]:
+        """Concatenate the selected groups; recompute advantages, the loss mask of filled groups and the denominator."""
+        batch = concat_rows([part.batch for part in parts], pad_token_id=self._tokenizer.pad_token_id)
+        rewards_per_func = torch.cat([part.rewards_per_func for part in parts])
+        filled = torch.cat([torch.full((len(part.origin),), part.filled) for part in parts])
+        device = batch["completion_mask"].device
+
+        # Filled groups are masked out of the loss: zero tool_mask rows (tool_mask only enters the loss mask).
+        if filled.any():
+            if "tool_mask" not in batch:
+                batch["tool_mask"] = torch.ones_like(batch["completion_mask"])
+            batch["tool_mask"][filled.to(device)] = 0
+
+        # Advantages on the final batch: batch-level statistics (scale_rewards="batch", normalize_then_sum) change
+        # when groups are dropped. Filled rows are left out of every statistic (NaN) and get advantage 0.
+        scored = rewards_per_func.clone()
+        scored[filled.to(scored.device)] = torch.nan
+        global_rewards = self.accelerator.gather(scored.to(device))
+        advantages = self._advantages(global_rewards)
+        batch["advantages"] = self._local_rows(advantages, len(filled)).to(device)
+
+        # The dapo/cispo/vespo losses divide by the global number of loss tokens of this batch.
+        loss_mask = batch["completion_mask"] * batch.get("tool_mask", 1)
+        batch["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
+
+        facts = _Assembled(
+            rewards_per_func=rewards_per_func,
+            lengths=torch.cat([part.lengths for part in parts]),
+            truncated=torch.cat([part.truncated for part in parts]),
+            filled=filled,
+            origin=[origin for part in parts for origin in part.origin],
+            global_advantages=advantages,
+        )
+        return batch, facts
+
+    def _update_reward_range(self, rewards_per_func: torch.Tensor) -> None:
+        filter_rewards = combine_rewards(
+            rewards_per_func[:, self.filter_reward_indices], self.reward_weights[self.filter_reward_indices]
+        )
+        finite = filter_rewards[~torch.isnan(filter_rewards)]
+        if finite.numel():
+            self._reward_range[0] = min(self._reward_range[0], finite.min().item())
+            self._reward_range[1] = max(self._reward_range[1], finite.max().item())
+
+    def _log_dynamic_sampling(self, rounds, totals, retained_per_process, filled, metric_marks, facts) -> None:
+        attempted, informative, surplus, all_max, all_min, other = (int(v) for v in totals)
+        retained = int(retained_per_process.sum())
+        device = self.accelerator.device
+        filled_global = int(self.accelerator.gather(torch.tensor([filled], device=device)).sum())
+        metrics = {
+            "dynamic_sampling/rounds": rounds,
+            "dynamic_sampling/attempted_groups": attempted,
+            "dynamic_sampling/retained_groups": retained,
+            "dynamic_sampling/discarded_surplus_groups": surplus,
+            "dynamic_sampling/zero_variance_groups": all_max + all_min + other,
+            "dynamic_sampling/filled_groups": filled_global,
+            "dynamic_sampling/retention_rate": retained / attempted if attempted else 0.0,
+            "dynamic_sampling/generated_completions": attempted * self.num_generations,
+            "dynamic_sampling/all_max_groups": all_max,
+            "dynamic_sampling/all_min_groups": all_min,
+        }
+        # TRL's per-call metrics now describe the update batch instead of an average over discarded attempts.
+        gather = self.accelerator.gather
+        trl_metrics = trl_batch_metrics(
+            lengths=gather(facts.lengths.to(device)).cpu(),
+            truncated=gather(facts.truncated.to(device)).cpu(),
+            rewards_per_func=gather(facts.rewards_per_func.to(device)).cpu(),
+            weights=self.reward_weights,
+            reward_func_names=self.reward_func_names,
+            num_generations=self.num_generations,
+            scale_rewards=self.args.scale_rewards,
+        )
+        train_metrics = self._metrics["train"]
+        for key, value in trl_metrics.items():
+            if key in RECOMPUTED_KEYS or key.startswith("rewards/"):
+                del train_metrics[key][metric_marks.get(key, 0) :]
+                train_metrics[key].append(value)
+        for key, value in metrics.items():
+            train_metrics[key].append(float(value))
+
+    def _rebuild_completion_logs(self, round_logs: dict[int, dict], facts: _Assembled) -> None:
+        """Completions table rows for the update batch, in global row order, instead of the last rounds' rows."""
+        origins = gather_object([(self.accelerator.process_index, *origin) for origin in facts.origin])
+        rewards = self.accelerator.gather(facts.rewards_per_func.to(self.accelerator.device)).cpu()
+        logs = self._logs
+        for value in logs.values():
+            value.clear()
+        for row, (rank, round_index, local_count, local_row) in enumerate(origins):
+            source, index = round_logs[round_index], rank * local_count + local_row
+            logs["prompt"].append(source["prompt"][index])
+            logs["completion"].append(source["completion"][index])
+            for column, values in source["extra"].items():
+                logs["extra"][column].append(values[index] if index < len(values) else None)
+            for func_index, name in enumerate(self.reward_func_names):
+                logs["rewards"][name].append(rewards[row, func_index].item())
+        logs["advantages"].extend(facts.global_advantages.tolist())
+
+    def _show_progress(self, round_index: int, max_rounds: int, retained: int, target: int) -> None:
+        text = f"round {round_index}/{max_rounds}, {retained}/{target} groups retained"
+        logger.debug("dynamic sampling: %s", text)
+        for callback in self.callback_handler.callbacks:
+            bar = getattr(callback, "training_bar", None) if isinstance(callback, ProgressCallback) else None
+            if bar is not None:
+                bar.set_postfix_str(text, refresh=True)
+
+    def _exhausted_message(self, rounds: int, totals: torch.Tensor, retained_per_process, target: int) -> str:
+        attempted, informative = int(totals[0]), int(totals[1])
+        return (
+            f"dynamic sampling spent its budget of {rounds} generation rounds at step {self.state.global_step}: "
+            f"{attempted} prompt groups attempted, {informative} informative, retained per process "
+            f"{retained_per_process.tolist()} of {target} needed. Raise dynamic_sampling_max_rounds or "
+            "dynamic_sampling_oversample, use prompts of mixed difficulty, or set "
+            "dynamic_sampling_on_exhausted='fill' to train on a partly filled batch."
+        )
+
+    def _warn_fill_once(self, rounds: int, retained_per_process, target: int) -> None:
+        if self._warned_fill:
+            return
+        self._warned_fill = True
+        warnings.warn(
+            f"dynamic sampling: after {rounds} rounds only {retained_per_process.tolist()} of {target} informative "
+            "groups per process were found; the batch is completed with uninformative groups masked out of the loss "
+            "(counted in dynamic_sampling/filled_groups). Warned once per run.",
+            stacklevel=2,
+        )
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Checkpointing of the refill stream
+    # ------------------------------------------------------------------------------------------------------------
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
+        if self.args.dynamic_sampling and resume_from_checkpoint:
+            checkpoint = resume_from_checkpoint
+            if checkpoint is True:
+                checkpoint = get_last_checkpoint(self.args.output_dir)
+            state_file = os.path.join(checkpoint, REFILL_STATE_FILE) if checkpoint else None
+            if state_file and os.path.isfile(state_file):
+                with open(state_file) as handle:
+                    self.refill_sampler.load_state_dict(json.load(handle))
+            else:
+                warnings.warn(
+                    f"resuming from {checkpoint} without {REFILL_STATE_FILE}: the refill stream restarts from the "
+                    "beginning (refill prompts may repeat).",
+                    stacklevel=2,
+                )
+        return super().train(resume_from_checkpoint, *args, **kwargs)
+
+
+class _RefillCheckpointCallback(TrainerCallback):
+    """Writes the refill stream's position into every checkpoint (the main process; all processes agree)."""
+
+    def __init__(self, trainer: DAPOTrainer):
+        self.trainer = trainer
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
+            if os.path.isdir(folder):
+                with open(os.path.join(folder, REFILL_STATE_FILE), "w") as handle:
+                    json.dump(self.trainer.refill_sampler.state_dict(), handle)
+        return control
+
+
+def _empty_like(logs: dict[str, Any]) -> dict[str, Any]:
+    """Unbounded containers shaped like TRL's `_logs`, so a large round loses no rows before selection."""
+    return {key: defaultdict(deque) if isinstance(value, defaultdict) else deque() for key, value in logs.items()}

@@ -1,0 +1,65 @@
+"""Run by tests/test_distributed.py under `torchrun --nproc_per_node 2` (gloo, CPU): dynamic sampling on 2 processes.
+
+Each process writes what it saw to OUTPUT_DIR/rank{N}.json: the rounds and sizes of every update batch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+sys.path.insert(0, os.path.dirname(__file__))
+
+import torch  # noqa: E402
+import trl115_cpu_shim  # noqa: E402
+from helpers import grpo_kwargs  # noqa: E402
+from test_dynamic_sampling import BatchRecorder, KindReward, kinds_dataset  # noqa: E402
+
+from trl_dapo_ext import DAPOConfig, DAPOTrainer  # noqa: E402
+from trl_dapo_ext.tiny import build_char_tokenizer, build_tiny_causal_lm  # noqa: E402
+
+
+def main(output_dir: str) -> None:
+    trl115_cpu_shim.install_if_needed()
+    torch.set_num_threads(1)
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_causal_lm(tokenizer, hidden_size=32, num_layers=1, seed=2)
+    args = DAPOConfig(
+        **grpo_kwargs(
+            output_dir,
+            dynamic_sampling=True,
+            max_steps=3,
+            dynamic_sampling_oversample=1.5,
+            scale_rewards="batch",
+            gradient_accumulation_steps=2,
+        )
+    )
+    dataset = kinds_dataset(["right", "wrong", "varying"], repeat=16)
+    trainer = DAPOTrainer(
+        model=model, reward_funcs=KindReward(), args=args, train_dataset=dataset, processing_class=tokenizer
+    )
+    recorder = BatchRecorder(trainer)
+    trainer.train()
+    rank = trainer.accelerator.process_index
+    report = {
+        "rank": rank,
+        "num_processes": trainer.accelerator.num_processes,
+        "rows": [b["completion_ids"].shape[0] for b in recorder.batches],
+        "num_items_in_batch": [b["num_items_in_batch"].item() for b in recorder.batches],
+        "local_loss_tokens": [b["completion_mask"].sum().item() for b in recorder.batches],
+        "prompt_kinds": [
+            sorted(set(t[0] for t in tokenizer.batch_decode(b["prompt_ids"], skip_special_tokens=True)))
+            for b in recorder.batches
+        ],
+        "logs": [h for h in trainer.state.log_history if "dynamic_sampling/rounds" in h],
+        "global_step": trainer.state.global_step,
+    }
+    with open(os.path.join(output_dir, f"rank{rank}.json"), "w") as handle:
+        json.dump(report, handle)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,64 @@
+"""Dynamic sampling on 2 CPU processes (torchrun, gloo): both ranks agree on rounds and sizes, and training ends."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.trainer
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_two_processes_agree(tmp_path):
+    script = os.path.join(os.path.dirname(__file__), "distributed_dynamic_sampling.py")
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(free_port()),
+        script,
+        str(tmp_path),
+    ]
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), os.getcwd()])),
+    }
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+
+    reports = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    assert [r["num_processes"] for r in reports] == [2, 2]
+    assert [r["global_step"] for r in reports] == [3, 3]
+    for report in reports:
+        # per_device_train_batch_size * steps_per_generation rows on every rank, only informative prompts
+        assert report["rows"] == [16, 16, 16]
+        assert all(kinds == ["v"] for kinds in report["prompt_kinds"])
+    # Same global counters and the same global token denominator on both ranks ...
+    # (only the gathered metrics: loss and step_time are each rank's own)
+    shared = ("dynamic_sampling/", "reward", "rewards/", "completions/", "frac_reward_zero_std")
+    for log_0, log_1 in zip(reports[0]["logs"], reports[1]["logs"], strict=True):
+        assert {k: v for k, v in log_0.items() if k.startswith(shared)} == {
+            k: v for k, v in log_1.items() if k.startswith(shared)
+        }
+    assert reports[0]["num_items_in_batch"] == reports[1]["num_items_in_batch"]
+    # ... which is the sum of both ranks' loss tokens.
+    totals = [a + b for a, b in zip(reports[0]["local_loss_tokens"], reports[1]["local_loss_tokens"])]
+    assert reports[0]["num_items_in_batch"] == totals
+    for log in reports[0]["logs"]:
+        assert log["dynamic_sampling/retained_groups"] == 8  # 4 groups per rank, 2 ranks

@@ -1,0 +1,330 @@
+"""Dynamic sampling with refill on a tiny model, with a reward that is constant for a known subset of prompts."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import pytest
+import torch
+from datasets import Dataset, IterableDataset
+from helpers import grpo_kwargs
+
+from trl_dapo_ext import DAPOConfig, DAPOTrainer
+from trl_dapo_ext.trainer import REFILL_STATE_FILE, DynamicSamplingExhausted, RewardFunctionError
+
+pytestmark = pytest.mark.trainer
+
+G = 4
+
+
+def kinds_dataset(kinds: list[str], repeat: int = 1) -> Dataset:
+    """Prompts named after their kind: 'right' always scores 1, 'wrong' always 0, 'varying' varies in (0, 1)."""
+    rows = [(f"{kind[0]}{i}:", kind) for i, kind in enumerate(kinds * repeat)]
+    return Dataset.from_dict({"prompt": [p for p, _ in rows], "kind": [k for _, k in rows]})
+
+
+class KindReward:
+    """Reward by the prompt's kind; records the kinds of every call (one call per generation round)."""
+
+    __name__ = "kind_reward"
+
+    def __init__(self):
+        self.calls: list[list[str]] = []
+
+    def __call__(self, completions, kind, **kwargs):
+        self.calls.append(list(kind))
+        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+        # A pseudo-random value of the text: four random completions almost surely differ.
+        varying = [(sum(map(ord, t)) % 89 + 1) / 91 for t in texts]
+        return [{"right": 1.0, "wrong": 0.0}.get(k, v) for k, v in zip(kind, varying)]
+
+
+class BatchRecorder:
+    """Keeps every update batch the trainer hands to TRL's buffering (after dynamic sampling)."""
+
+    def __init__(self, trainer):
+        self.batches = []
+        inner = trainer._generate_and_score_completions
+
+        def recorded(inputs):
+            batch = inner(inputs)
+            self.batches.append({k: v.clone() if torch.is_tensor(v) else v for k, v in batch.items()})
+            return batch
+
+        trainer._generate_and_score_completions = recorded
+
+
+def build(make_model, tokenizer, tmp_path, dataset, reward=None, model=None, **overrides):
+    overrides.setdefault("dynamic_sampling", True)
+    reward = reward or KindReward()
+    args = DAPOConfig(**grpo_kwargs(tmp_path, **overrides))
+    trainer = DAPOTrainer(
+        model=model or make_model(seed=2),
+        reward_funcs=reward,
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+    )
+    return trainer, reward, BatchRecorder(trainer)
+
+
+def prompt_kinds(batch, tokenizer) -> list[str]:
+    texts = tokenizer.batch_decode(batch["prompt_ids"], skip_special_tokens=True)
+    return [{"r": "right", "w": "wrong", "v": "varying"}[t[0]] for t in texts]
+
+
+def ds_logs(trainer) -> list[dict]:
+    return [h for h in trainer.state.log_history if "dynamic_sampling/rounds" in h]
+
+
+def test_only_informative_groups_are_trained(make_model, tokenizer, tmp_path):
+    dataset = kinds_dataset(["right", "wrong", "varying"], repeat=8)
+    trainer, reward, recorder = build(make_model, tokenizer, tmp_path, dataset, max_steps=3)
+    trainer.train()
+
+    assert len(recorder.batches) == 3
+    for batch in recorder.batches:
+        assert batch["completion_ids"].shape[0] == 8  # exactly per_device_train_batch_size * steps_per_generation
+        assert prompt_kinds(batch, tokenizer) == ["varying"] * 8
+        groups = batch["advantages"].view(-1, G)
+        assert torch.all(groups.abs().sum(dim=1) > 0), "a retained group has no contrast"
+        assert batch["num_items_in_batch"].item() == batch["completion_mask"].sum().item()
+
+    # Counters add up, and they match what the reward function actually saw.
+    attempted_kinds = [kind for call in reward.calls for kind in call[::G]]
+    logs = ds_logs(trainer)
+    assert len(logs) == 3
+    assert sum(h["dynamic_sampling/attempted_groups"] for h in logs) == len(attempted_kinds)
+    assert sum(h["dynamic_sampling/all_max_groups"] for h in logs) == attempted_kinds.count("right")
+    assert sum(h["dynamic_sampling/all_min_groups"] for h in logs) == attempted_kinds.count("wrong")
+    for h in logs:
+        assert h["dynamic_sampling/retained_groups"] == 2
+        assert h["dynamic_sampling/attempted_groups"] == (
+            h["dynamic_sampling/retained_groups"]
+            + h["dynamic_sampling/discarded_surplus_groups"]
+            + h["dynamic_sampling/zero_variance_groups"]
+        )
+        assert h["dynamic_sampling/generated_completions"] == G * h["dynamic_sampling/attempted_groups"]
+        assert h["dynamic_sampling/retention_rate"] == pytest.approx(2 / h["dynamic_sampling/attempted_groups"])
+        assert h["dynamic_sampling/filled_groups"] == 0
+        # TRL's own metrics describe the retained batch: no zero-variance group, and only varying rewards.
+        assert h["frac_reward_zero_std"] == 0.0
+        assert 0.0 < h["reward"] < 1.0
+    assert sum(h["dynamic_sampling/rounds"] for h in logs) > 3, "no refill happened: the test would prove little"
+
+
+def test_recomputed_trl_metrics_match_trl_when_every_group_is_informative(make_model, tokenizer, tmp_path):
+    # With only varying prompts, round 1 is the update batch, so our recomputation must equal TRL's own values.
+    dataset = kinds_dataset(["varying"], repeat=24)
+    plain, _, _ = build(make_model, tokenizer, tmp_path / "a", dataset, dynamic_sampling=False, max_steps=2)
+    plain.train()
+    sampled, _, _ = build(make_model, tokenizer, tmp_path / "b", dataset, max_steps=2)
+    sampled.train()
+    keys = [
+        "reward",
+        "reward_std",
+        "frac_reward_zero_std",
+        "rewards/kind_reward/mean",
+        "rewards/kind_reward/std",
+        "completions/mean_length",
+        "completions/clipped_ratio",
+        "completions/mean_terminated_length",
+        "loss",
+    ]
+    for ours, theirs in zip(ds_logs(sampled), [h for h in plain.state.log_history if "reward" in h]):
+        assert ours["dynamic_sampling/rounds"] == 1
+        for key in keys:
+            assert ours[key] == pytest.approx(theirs[key], rel=1e-6, abs=1e-7), key
+
+
+def test_exhausted_budget_raises_with_counts(make_model, tokenizer, tmp_path):
+    dataset = kinds_dataset(["right", "wrong"], repeat=12)
+    trainer, _, _ = build(make_model, tokenizer, tmp_path, dataset, dynamic_sampling_max_rounds=3)
+    with pytest.raises(DynamicSamplingExhausted, match=r"budget of 3 generation rounds .* 0 informative") as error:
+        trainer.train()
+    assert "dynamic_sampling_on_exhausted='fill'" in str(error.value)
+
+
+def test_fill_masks_filled_groups_out_of_the_loss(make_model, tokenizer, tmp_path):
+    # One varying prompt in twelve, one round: the batch (2 groups) cannot be filled with informative groups.
+    dataset = kinds_dataset(["varying"] + ["right"] * 5 + ["wrong"] * 6, repeat=2)
+    trainer, _, recorder = build(
+        make_model,
+        tokenizer,
+        tmp_path,
+        dataset,
+        dynamic_sampling_max_rounds=1,
+        dynamic_sampling_on_exhausted="fill",
+        max_steps=3,
+    )
+    with pytest.warns(UserWarning, match="masked out of the loss") as caught:
+        trainer.train()
+    assert sum("masked out of the loss" in str(w.message) for w in caught) == 1  # warned once
+
+    logs = ds_logs(trainer)
+    assert sum(h["dynamic_sampling/filled_groups"] for h in logs) > 0
+    for batch, h in zip(recorder.batches, logs):
+        assert batch["completion_ids"].shape[0] == 8
+        kinds = prompt_kinds(batch, tokenizer)
+        assert h["dynamic_sampling/retained_groups"] + h["dynamic_sampling/filled_groups"] == 2
+        if h["dynamic_sampling/filled_groups"] == 0:
+            continue
+        filled = torch.tensor([kind != "varying" for kind in kinds])
+        assert torch.all(batch["tool_mask"][filled] == 0)
+        assert torch.all(batch["tool_mask"][~filled] == 1)
+        assert torch.all(batch["advantages"][filled] == 0)
+        loss_tokens = (batch["completion_mask"] * batch["tool_mask"]).sum()
+        assert batch["num_items_in_batch"].item() == loss_tokens.item() < batch["completion_mask"].sum().item()
+
+
+def test_resume_continues_the_refill_stream(make_model, tokenizer, tmp_path):
+    dataset = kinds_dataset(["right", "wrong", "varying"], repeat=8)
+    common = dict(max_steps=4, save_strategy="steps", save_steps=2, dynamic_sampling_oversample=1.5)
+
+    full, _, _ = build(make_model, tokenizer, tmp_path / "full", dataset, **common)
+    taken_full = record_takes(full)
+    full.train()
+    saved = json.loads((tmp_path / "full" / "checkpoint-2" / REFILL_STATE_FILE).read_text())
+    assert saved["taken"] > 0
+
+    resumed, _, _ = build(make_model, tokenizer, tmp_path / "full", dataset, **common)
+    taken_resumed = record_takes(resumed)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-2"))
+
+    # The resumed run draws exactly what the uninterrupted run drew after its step-2 checkpoint.
+    after_checkpoint = [t for t in taken_full if t[0] >= saved["taken"]]
+    assert taken_resumed[0][0] == saved["taken"]
+    assert taken_resumed == after_checkpoint
+
+
+def record_takes(trainer):
+    """List of (position before the take, indices) for every refill draw."""
+    takes = []
+    sampler = trainer.refill_sampler
+    original = sampler.take
+
+    def take(count):
+        position = sampler.taken
+        indices = original(count)
+        takes.append((position, indices))
+        return indices
+
+    sampler.take = take
+    return takes
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"gradient_accumulation_steps": 2, "num_iterations": 2},
+        {"scale_rewards": "batch", "advantage_estimator": "loo"},
+        {"multi_objective_aggregation": "normalize_then_sum", "loss_type": "grpo"},
+    ],
+    ids=["ga2-mu2", "batch-loo", "normalize-then-sum"],
+)
+def test_works_with_accumulation_iterations_and_batch_statistics(make_model, tokenizer, tmp_path, overrides):
+    dataset = kinds_dataset(["right", "varying", "wrong", "varying"], repeat=6)
+    trainer, _, recorder = build(make_model, tokenizer, tmp_path, dataset, max_steps=2, **overrides)
+    trainer.train()
+    rows = 8 * trainer.args.steps_per_generation
+    assert recorder.batches and all(b["completion_ids"].shape[0] == rows for b in recorder.batches)
+    for batch in recorder.batches:
+        assert set(prompt_kinds(batch, tokenizer)) == {"varying"}
+        assert batch["num_items_in_batch"].item() == batch["completion_mask"].sum().item()
+        assert batch["advantages"].abs().sum() > 0
+
+
+def test_lora_model(make_model, tokenizer, tmp_path):
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(make_model(seed=2), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    dataset = kinds_dataset(["right", "varying"], repeat=12)
+    trainer, _, recorder = build(
+        make_model, tokenizer, tmp_path, dataset, model=model, max_steps=2, learning_rate=1e-2
+    )
+    before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    trainer.train()
+    assert len(recorder.batches) == 2
+    assert any(not torch.equal(before[n], p) for n, p in model.named_parameters() if p.requires_grad)
+
+
+def test_overlong_penalty_never_makes_a_group_informative(make_model, tokenizer, tmp_path):
+    # Constant task reward + length penalty: the shaped reward varies, the task reward does not.
+    dataset = kinds_dataset(["right"], repeat=24)
+    trainer, _, _ = build(
+        make_model, tokenizer, tmp_path, dataset, overlong_buffer_length=6, dynamic_sampling_max_rounds=2
+    )
+    with pytest.raises(DynamicSamplingExhausted, match="0 informative"):
+        trainer.train()
+
+
+def test_progress_is_reported_while_refilling(make_model, tokenizer, tmp_path, caplog):
+    dataset = kinds_dataset(["right", "varying", "wrong"], repeat=8)
+    trainer, _, _ = build(make_model, tokenizer, tmp_path, dataset, max_steps=1)
+    with caplog.at_level(logging.DEBUG, logger="trl_dapo_ext.trainer"):
+        trainer.train()
+    messages = [r.getMessage() for r in caplog.records if "groups retained" in r.getMessage()]
+    assert messages and messages[-1].endswith("2/2 groups retained")
+    assert messages[0].startswith("dynamic sampling: round 1/10, ")
+
+
+def test_reward_function_that_raises_names_the_step(make_model, tokenizer, tmp_path):
+    def broken_reward(completions, **kwargs):
+        raise KeyError("answer")
+
+    trainer, _, _ = build(make_model, tokenizer, tmp_path, kinds_dataset(["varying"], 24), reward=broken_reward)
+    with pytest.raises(RewardFunctionError, match=r"at step 0 .*broken_reward.*KeyError") as error:
+        trainer.train()
+    assert isinstance(error.value.__cause__, KeyError)
+
+
+def test_configuration_errors(make_model, tokenizer, tmp_path):
+    with pytest.raises(ValueError, match="could never fill a batch"):
+        build(make_model, tokenizer, tmp_path, kinds_dataset(["varying"]))
+    iterable = IterableDataset.from_generator(lambda: iter([{"prompt": "a", "kind": "varying"}] * 24))
+    with pytest.raises(ValueError, match="needs a map-style dataset"):
+        build(make_model, tokenizer, tmp_path, iterable, max_steps=1)
+    with pytest.raises(ValueError, match="not a reward function here"):
+        build(make_model, tokenizer, tmp_path, kinds_dataset(["varying"], 24), dynamic_sampling_reward_funcs=["acc"])
+    with pytest.raises(ValueError, match="overlong length penalty"):
+        build(
+            make_model,
+            tokenizer,
+            tmp_path,
+            kinds_dataset(["varying"], 24),
+            overlong_buffer_length=4,
+            dynamic_sampling_reward_funcs=["overlong_penalty"],
+        )
+    # On one process TRL's own check (generation batch divisible by G) already implies whole groups; on two
+    # processes with 6 rows each a group of 4 would straddle them. Emulate that layout after construction.
+    config = DAPOConfig(**grpo_kwargs(tmp_path, dynamic_sampling=True))
+    config.per_device_train_batch_size, config.steps_per_generation = 6, 1
+    with pytest.raises(ValueError, match="not a multiple of num_generations=4"):
+        config._validate_dynamic_sampling_fields()
+    for field, value in [
+        ("dynamic_sampling_max_rounds", 0),
+        ("dynamic_sampling_oversample", 0.5),
+        ("dynamic_sampling_std_tolerance", -1.0),
+        ("dynamic_sampling_on_exhausted", "skip"),
+    ]:
+        with pytest.raises(ValueError, match=field):
+            DAPOConfig(**grpo_kwargs(tmp_path, dynamic_sampling=True, **{field: value}))
+
+
+def test_checkpoint_holds_the_refill_state(make_model, tokenizer, tmp_path):
+    trainer, _, _ = build(
+        make_model,
+        tokenizer,
+        tmp_path,
+        kinds_dataset(["right", "varying"], 12),
+        max_steps=2,
+        save_strategy="steps",
+        save_steps=1,
+    )
+    trainer.train()
+    for step in (1, 2):
+        state = json.loads((tmp_path / f"checkpoint-{step}" / REFILL_STATE_FILE).read_text())
+        assert set(state) >= {"epoch", "position", "taken", "seed"}
+    assert os.path.isfile(tmp_path / "checkpoint-2" / REFILL_STATE_FILE)

@@ -1,0 +1,86 @@
+"""A rank-consistent, checkpointable stream of dataset indices for dynamic-sampling refill rounds.
+
+The trainer's own dataloader cannot supply more prompts: its iterator is a local variable of the Trainer's loop, and
+each of its batches is repeated ``steps_per_generation * num_iterations`` times. Refill prompts therefore come from
+this separate stream over the same training dataset. Every process builds the same permutation from the same seed,
+takes the same global slice per round and keeps its own part, so no communication is needed and every process asks
+the generator for the same number of prompts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+class RefillSampler:
+    """Endless shuffled passes over ``range(dataset_size)``; a new permutation each pass, seeded by (seed, pass).
+
+    Example:
+        >>> sampler = RefillSampler(dataset_size=5, seed=0)
+        >>> first = sampler.take(3) + sampler.take(2)
+        >>> sorted(first)  # one full pass visits every index once
+        [0, 1, 2, 3, 4]
+        >>> state = sampler.state_dict(); after = sampler.take(4)
+        >>> resumed = RefillSampler(dataset_size=5, seed=0); resumed.load_state_dict(state)
+        >>> resumed.take(4) == after
+        True
+    """
+
+    def __init__(self, dataset_size: int, seed: int, shuffle: bool = True):
+        if dataset_size < 1:
+            raise ValueError(f"the refill stream needs a non-empty dataset, got {dataset_size} rows")
+        self.dataset_size = dataset_size
+        self.seed = seed
+        self.shuffle = shuffle
+        self.epoch = 0
+        self.position = 0  # next index inside the current pass
+        self.taken = 0  # indices handed out so far, over all passes
+        self._order = self._permutation(self.epoch)
+
+    def _permutation(self, epoch: int) -> list[int]:
+        if not self.shuffle:
+            return list(range(self.dataset_size))
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+        return torch.randperm(self.dataset_size, generator=generator).tolist()
+
+    def take(self, count: int) -> list[int]:
+        """The next ``count`` dataset indices (global: the same list on every process)."""
+        indices: list[int] = []
+        while len(indices) < count:
+            if self.position == self.dataset_size:
+                self.epoch += 1
+                self.position = 0
+                self._order = self._permutation(self.epoch)
+            step = min(count - len(indices), self.dataset_size - self.position)
+            indices.extend(self._order[self.position : self.position + step])
+            self.position += step
+        self.taken += count
+        return indices
+
+    def take_local(self, count_per_process: int, process_index: int, num_processes: int) -> list[int]:
+        """Take ``count_per_process * num_processes`` indices and return this process's contiguous share."""
+        indices = self.take(count_per_process * num_processes)
+        start = process_index * count_per_process
+        return indices[start : start + count_per_process]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "dataset_size": self.dataset_size,
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "epoch": self.epoch,
+            "position": self.position,
+            "taken": self.taken,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for key in ("dataset_size", "seed", "shuffle"):
+            if state[key] != getattr(self, key):
+                raise ValueError(
+                    f"refill state was saved with {key}={state[key]!r} but this run has {getattr(self, key)!r}; "
+                    "resume with the same dataset, seed and shuffle setting, or start a fresh run"
+                )
+        self.epoch, self.position, self.taken = state["epoch"], state["position"], state["taken"]
+        self._order = self._permutation(self.epoch)
