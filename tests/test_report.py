@@ -266,6 +266,20 @@ def test_unwritable_output_fails_cleanly(tmp_path, capsys):
     assert "cannot write the report" in capsys.readouterr().err
 
 
+def test_out_must_be_a_png(tmp_path, capsys):
+    run = _write_state(tmp_path / "run", _synthetic_history())
+    assert main(["report", str(run), "--out", str(tmp_path / "report.txt")]) == 2
+    assert ".png" in capsys.readouterr().err
+
+
+def test_a_metric_that_is_never_finite_draws_no_panel(tmp_path):
+    history = _synthetic_history()
+    for entry in history:
+        if "kl" in entry:
+            entry["kl"] = float("nan")
+    assert "KL to the reference" not in build_report(_write_state(tmp_path, history)).panels
+
+
 def test_cli_usage_errors():
     with pytest.raises(SystemExit) as exit_info:
         main(["frobnicate"])

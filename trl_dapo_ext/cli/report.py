@@ -303,6 +303,8 @@ def build_report(output_dir: str | Path, out: str | Path | None = None) -> Repor
     titles = [panel.title for panel in panels] + ([COMPLETIONS_PANEL] if completion_rows else [])
 
     image = Path(out) if out is not None else output_dir / "report.png"
+    if image.suffix.lower() != ".png":
+        raise ReportError(f"--out must name a .png file, got {image}")
     summary_path = image.with_suffix(".txt")
     warnings += _health_checks(history)
     summary = _summary(output_dir, state_file, history, completions, titles, warnings)
@@ -328,7 +330,7 @@ def _panels_for(history: list[dict[str, float]]) -> list[Panel]:
 
 
 def _has_data(history: list[dict[str, float]], panel: Panel) -> bool:
-    return any(key in entry for entry in history for key in panel.keys())
+    return any(math.isfinite(entry.get(key, math.nan)) for entry in history for key in panel.keys())
 
 
 def _series(history: list[dict[str, float]], key: str) -> tuple[list[float], list[float]]:
@@ -553,7 +555,9 @@ def main(argv: list[str] | None = None, prog: str = "trl-dapo report") -> int:
         description="Draw a PNG dashboard and a text summary from a GRPO/DAPO run's output_dir.",
     )
     parser.add_argument("output_dir", metavar="OUTPUT_DIR", help="the run's output_dir (holds trainer_state.json)")
-    parser.add_argument("--out", metavar="PATH", help="PNG to write (default OUTPUT_DIR/report.png); text goes to PATH.txt")
+    parser.add_argument(
+        "--out", metavar="PATH", help="PNG to write (default OUTPUT_DIR/report.png); the summary goes next to it as .txt",
+    )
     parser.add_argument("--quiet", action="store_true", help="do not print the summary")
     args = parser.parse_args(argv)
     try:
