@@ -1,0 +1,56 @@
+"""The ``trl-dapo`` command: one subcommand per module of this package, imported only when it runs.
+
+``trl-dapo --help`` stays fast because no subcommand module (nor torch, TRL or matplotlib) is imported to list them.
+To add a subcommand, add a line to ``COMMANDS`` and a module with ``main(argv: list[str], prog: str) -> int``
+that parses its own arguments.
+
+Example:
+    >>> main(["report", "/no/such/run"])  # doctest: +SKIP
+    trl-dapo report: error: /no/such/run does not exist
+    2
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> (module implementing `main(argv, prog) -> int`, one-line description)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "report": ("trl_dapo_ext.cli.report", "draw a PNG dashboard and a text summary of a training run's output dir"),
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    listing = "\n".join(f"  {name:<10} {description}" for name, (_, description) in COMMANDS.items())
+    parser = argparse.ArgumentParser(
+        prog="trl-dapo",
+        description="DAPO extensions for TRL's GRPOTrainer: command-line tools.",
+        epilog=f"commands:\n{listing}\n\nRun 'trl-dapo COMMAND --help' for a command's options.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("command", choices=sorted(COMMANDS), metavar="COMMAND", help="one of: " + ", ".join(COMMANDS))
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments of the command")
+    return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("trl-dapo-ext")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``trl-dapo`` with ``argv`` (default: ``sys.argv[1:]``) and return the exit code."""
+    namespace = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    module = importlib.import_module(COMMANDS[namespace.command][0])
+    return module.main(namespace.args, prog=f"trl-dapo {namespace.command}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

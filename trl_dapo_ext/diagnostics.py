@@ -1,0 +1,408 @@
+"""Diagnostics for one GRPO/DAPO generation round: plain tensor functions that return ``{metric_name: float}``.
+
+They answer "is this batch still teaching the model anything, and what did it cost?" and are cheap (a few reductions
+over ``B * G`` values), so the trainer can call them every step. Metric names are final: the README and
+``trl-dapo report`` read them.
+
+Conventions shared with :mod:`trl_dapo_ext.advantages`:
+
+* rewards are one flat tensor of ``B * G`` task rewards, the ``G`` siblings of a prompt next to each other;
+* NaN marks an unscorable completion: it is left out of every count, mean and spread;
+* a completion is *correct* when its task reward is ``>= success_threshold`` (1.0 suits 0/1 verifiers).
+
+A value that cannot be computed (say, no scorable group) is NaN: TRL's ``GRPOTrainer.log`` averages the logged values
+ignoring NaN and writes None when none is left, so a NaN never poisons the averages. Keys that do not apply (no
+overlong buffer, no accelerator) are left out instead.
+
+Metric groups (prefix: function):
+
+* ``groups/``: :func:`group_metrics` (contrast split, within-group spread, pass@1 and pass@k)
+* ``length/``: :func:`length_metrics` (truncation, overlong buffer and penalty, accuracy before / after shaping)
+* ``cost/``:   :func:`token_metrics`, :func:`generation_cost`, :func:`peak_memory_gb`
+* ``time/``:   :class:`StepTimer` and :func:`time_split`
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+
+import torch
+
+from .advantages import StdKind, nan_std
+
+# Group outcome codes returned by `group_outcomes`.
+MIXED, ALL_MAX, ALL_MIN, UNSCORABLE = 0, 1, 2, 3
+
+TIME_SECTIONS: tuple[str, ...] = ("generation", "reward", "update")
+
+_NAN = float("nan")
+
+
+# ---------------------------------------------------------------------------------------------------------- groups/
+
+
+def group_outcomes(
+    rewards: torch.Tensor, num_generations: int, success_threshold: float = 1.0, tol: float = 1e-6
+) -> torch.Tensor:
+    """Classify each group by its task rewards: ``MIXED``, ``ALL_MAX``, ``ALL_MIN`` or ``UNSCORABLE``.
+
+    A group has *no contrast* when the spread of its scorable rewards is ``<= tol`` (one scorable member has none).
+    Such a group gives every sibling the same advantage, so it teaches nothing; it is
+
+    * ``ALL_MAX`` (all correct) when its common reward is ``>= success_threshold``,
+    * ``ALL_MIN`` (all wrong) otherwise, e.g. a constant 0.5 under the default threshold 1.0: the group is saturated
+      *below* success, which is the case the prompt curriculum must fix (too hard), not the easy-prompt case.
+
+    Every group with contrast is ``MIXED``; a group without any scorable member is ``UNSCORABLE``. For 0/1 rewards
+    this is exactly all-correct / all-wrong / mixed, and ``MIXED`` is what dynamic sampling keeps.
+
+    Example:
+        >>> group_outcomes(torch.tensor([1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.5, 0.5, float("nan"), float("nan")]), 2)
+        tensor([1, 2, 0, 2, 3])
+    """
+    grouped = _grouped(rewards, num_generations)
+    scorable = ~torch.isnan(grouped)
+    # Spread as max - min over scorable members: exact 0 for constant groups, no rounding from a mean.
+    high = torch.where(scorable, grouped, torch.full_like(grouped, -torch.inf)).amax(dim=1)
+    low = torch.where(scorable, grouped, torch.full_like(grouped, torch.inf)).amin(dim=1)
+    has_any = scorable.any(dim=1)
+    no_contrast = has_any & (high - low <= tol)
+
+    outcome = torch.full((grouped.shape[0],), MIXED, dtype=torch.long)
+    outcome[no_contrast & (low >= success_threshold)] = ALL_MAX
+    outcome[no_contrast & (low < success_threshold)] = ALL_MIN
+    outcome[~has_any] = UNSCORABLE
+    return outcome
+
+
+def pass_at_k(num_samples: torch.Tensor, num_correct: torch.Tensor, k: int) -> torch.Tensor:
+    """Unbiased pass@k per group (Chen et al. 2021): ``1 - C(n - c, k) / C(n, k)``, NaN where ``n < k``.
+
+    Uses the numerically stable product ``C(n-c, k) / C(n, k) = prod_{i=n-c+1}^{n} (1 - k / i)``: no factorials,
+    no overflow, exact 0/1 at the ends.
+
+    Example (4 samples, 1 correct: pass@1 = 1/4, pass@2 = 1 - C(3,2)/C(4,2) = 1/2):
+        >>> pass_at_k(torch.tensor([4, 4]), torch.tensor([1, 1]), k=1)
+        tensor([0.2500, 0.2500], dtype=torch.float64)
+        >>> pass_at_k(torch.tensor([4, 4, 1]), torch.tensor([1, 0, 1]), k=2)
+        tensor([0.5000, 0.0000,    nan], dtype=torch.float64)
+    """
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    n = torch.as_tensor(num_samples, dtype=torch.float64)
+    c = torch.as_tensor(num_correct, dtype=torch.float64)
+    if torch.any(c > n) or torch.any(c < 0):
+        raise ValueError("num_correct must lie in [0, num_samples]")
+    # Factor i runs over n-c+1 .. n; one row per group, padded with factor 1 beyond each group's c terms.
+    width = int(c.max().item()) if c.numel() else 0
+    offsets = torch.arange(width, dtype=torch.float64)
+    i = n.unsqueeze(-1) - offsets  # n, n-1, ..., n-width+1
+    used = offsets < c.unsqueeze(-1)
+    factors = torch.where(used, 1.0 - k / i.clamp(min=1.0), torch.ones_like(i))
+    # A factor (1 - k/i) <= 0 means n - c < k: every k-subset holds a correct sample.
+    estimate = 1.0 - factors.clamp(min=0.0).prod(dim=-1)
+    return torch.where(n >= k, estimate, torch.full_like(n, _NAN))
+
+
+def group_metrics(
+    rewards: torch.Tensor,
+    num_generations: int,
+    success_threshold: float = 1.0,
+    k: int | None = None,
+    std: StdKind = "sample",
+    tol: float = 1e-6,
+) -> dict[str, float]:
+    """``groups/*``: contrast split, within-group reward spread and pass@1 / pass@k of one round's task rewards.
+
+    Args:
+        rewards: flat ``(B * G,)`` float tensor of *task* rewards (no length penalty), groups contiguous, NaN =
+            unscorable.
+        num_generations: group size ``G`` (1 is accepted: every group then lacks contrast).
+        success_threshold: a completion is correct when its reward is ``>= success_threshold``.
+        k: pass@k's ``k``; defaults to ``G``. A group with fewer than ``k`` scorable samples is left out of pass@k.
+        std: divisor of the within-group spread, ``"sample"`` (G-1, TRL's) or ``"population"`` (G).
+        tol: spread at or below which a group has no contrast (see :func:`group_outcomes`).
+
+    Returns ``groups/frac_all_max``, ``groups/frac_all_min``, ``groups/frac_mixed`` (fractions of the groups with at
+    least one scorable member; they sum to 1), ``groups/reward_std_mean`` and ``groups/reward_std_p10|p50|p90``
+    (std of each such group, 0 for a single scorable member), ``groups/pass@1`` and ``groups/pass@k``.
+
+    Example (G=4: one all-correct, one all-wrong, one 1-of-4 group):
+        >>> m = group_metrics(torch.tensor([1.0] * 4 + [0.0] * 4 + [1.0, 0.0, 0.0, 0.0]), 4)
+        >>> round(m["groups/frac_mixed"], 4), round(m["groups/pass@1"], 4), round(m["groups/pass@k"], 4)
+        (0.3333, 0.4167, 0.6667)
+    """
+    grouped = _grouped(rewards, num_generations)
+    k = num_generations if k is None else k
+    if not 1 <= k <= num_generations:
+        raise ValueError(f"k must satisfy 1 <= k <= num_generations={num_generations}, got {k}")
+
+    outcome = group_outcomes(rewards, num_generations, success_threshold, tol)
+    scorable_groups = outcome != UNSCORABLE
+    num_scorable_groups = int(scorable_groups.sum())
+    metrics = {
+        "groups/frac_all_max": _fraction(outcome == ALL_MAX, num_scorable_groups),
+        "groups/frac_all_min": _fraction(outcome == ALL_MIN, num_scorable_groups),
+        "groups/frac_mixed": _fraction(outcome == MIXED, num_scorable_groups),
+    }
+
+    # Spread of each scorable group; a lone scorable member has no spread (nan_std says NaN for "sample").
+    spread = nan_std(grouped.double(), dim=1, kind=std)
+    spread = torch.nan_to_num(spread, nan=0.0)[scorable_groups]
+    percentiles = ("groups/reward_std_p10", "groups/reward_std_p50", "groups/reward_std_p90")
+    if spread.numel():
+        quantiles = torch.quantile(spread, torch.tensor([0.1, 0.5, 0.9], dtype=spread.dtype))
+        metrics["groups/reward_std_mean"] = spread.mean().item()
+        metrics.update(zip(percentiles, quantiles.tolist(), strict=True))
+    else:
+        metrics.update(dict.fromkeys(("groups/reward_std_mean", *percentiles), _NAN))
+
+    scorable = ~torch.isnan(grouped)
+    num_samples = scorable.sum(dim=1)
+    num_correct = (scorable & (grouped >= success_threshold)).sum(dim=1)
+    metrics["groups/pass@1"] = _nanmean(pass_at_k(num_samples, num_correct, 1))
+    metrics["groups/pass@k"] = _nanmean(pass_at_k(num_samples, num_correct, k))
+    return metrics
+
+
+# ---------------------------------------------------------------------------------------------------------- length/
+
+
+def length_metrics(
+    lengths: torch.Tensor,
+    truncated: torch.Tensor,
+    task_rewards: torch.Tensor | None = None,
+    penalty: torch.Tensor | None = None,
+    max_length: int | None = None,
+    buffer_length: int | None = None,
+    success_threshold: float = 1.0,
+) -> dict[str, float]:
+    """``length/*``: truncation, the overlong buffer, and the task reward before and after length shaping.
+
+    Args:
+        lengths: ``(N,)`` completion lengths in tokens, EOS included (TRL's ``len(completion_ids[i])``).
+        truncated: ``(N,)`` bool, True where generation hit the cap before EOS (TRL's ``is_truncated``).
+        task_rewards: ``(N,)`` task rewards without the length penalty (NaN = unscorable), or None.
+        penalty: ``(N,)`` overlong penalty added to the task reward (values in ``[-factor, 0]``), or None when
+            shaping is off.
+        max_length, buffer_length: ``L_max`` and ``L_cache`` of DAPO Eq. 13; both or neither.
+        success_threshold: a completion is correct when its task reward is ``>= success_threshold``.
+
+    Returns ``length/truncated_frac`` always; ``length/in_buffer_frac`` (share with ``L_max - L_cache < L <= L_max``)
+    when the buffer is given; ``length/task_accuracy`` (share of scorable completions that are correct, *before*
+    shaping) when rewards are given; ``length/overlong_penalty_mean`` with a penalty, and
+    ``length/shaped_reward_mean`` (mean over scorable completions of task reward + penalty, *after* shaping) with
+    both.
+
+    Example (L_max=20, L_cache=4):
+        >>> m = length_metrics(torch.tensor([10, 18, 20]), torch.tensor([False, False, True]),
+        ...                    task_rewards=torch.tensor([1.0, 1.0, 0.0]), penalty=torch.tensor([0.0, -0.5, -1.0]),
+        ...                    max_length=20, buffer_length=4)
+        >>> {name: round(value, 4) for name, value in m.items()}  # doctest: +NORMALIZE_WHITESPACE
+        {'length/truncated_frac': 0.3333, 'length/in_buffer_frac': 0.6667, 'length/task_accuracy': 0.6667,
+         'length/overlong_penalty_mean': -0.5, 'length/shaped_reward_mean': 0.1667}
+    """
+    lengths = torch.as_tensor(lengths)
+    truncated = torch.as_tensor(truncated, dtype=torch.bool)
+    _check_same_length(lengths=lengths, truncated=truncated, task_rewards=task_rewards, penalty=penalty)
+    if (max_length is None) != (buffer_length is None):
+        raise ValueError("pass both max_length and buffer_length (L_max and L_cache), or neither")
+
+    metrics = {"length/truncated_frac": _fraction(truncated, truncated.numel())}
+    if max_length is not None:
+        in_buffer = (lengths > max_length - buffer_length) & (lengths <= max_length)
+        metrics["length/in_buffer_frac"] = _fraction(in_buffer, lengths.numel())
+    if task_rewards is not None:
+        scorable = ~torch.isnan(task_rewards)
+        metrics["length/task_accuracy"] = _fraction(task_rewards[scorable] >= success_threshold, int(scorable.sum()))
+    if penalty is not None:
+        metrics["length/overlong_penalty_mean"] = _nanmean(penalty.double())
+        if task_rewards is not None:
+            # NaN task rewards stay NaN after adding the penalty, so unscorable rows drop out here too.
+            metrics["length/shaped_reward_mean"] = _nanmean(task_rewards.double() + penalty.double())
+    return metrics
+
+
+# ------------------------------------------------------------------------------------------------------------ cost/
+
+
+def token_metrics(
+    prompt_mask: torch.Tensor, completion_mask: torch.Tensor, loss_mask: torch.Tensor | None = None
+) -> dict[str, float]:
+    """``cost/useful_token_frac`` and ``cost/padded_token_frac`` of a padded update batch.
+
+    The batch holds ``B`` rows of ``P`` prompt positions (left padded) and ``C`` completion positions (right
+    padded). *Useful* positions are those the loss counts; *padded* ones hold no token at all. The rest are real
+    prompt tokens and completion tokens the loss ignores (truncated rows under ``mask_truncated_completions``, tool
+    output), so ``useful + padded <= 1``.
+
+    Args:
+        prompt_mask: ``(B, P)``, 1 on real prompt tokens.
+        completion_mask: ``(B, C)``, 1 on real completion tokens (EOS included): the mask *before* TRL zeroes
+            truncated rows.
+        loss_mask: ``(B, C)``, 1 where the loss counts the token; defaults to ``completion_mask``.
+
+    Example (2 rows, P=3, C=4):
+        >>> prompt = torch.tensor([[0, 1, 1], [1, 1, 1]])
+        >>> completion = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]])
+        >>> token_metrics(prompt, completion)
+        {'cost/useful_token_frac': 0.42857142857142855, 'cost/padded_token_frac': 0.21428571428571427}
+    """
+    if prompt_mask.dim() != 2 or completion_mask.dim() != 2 or prompt_mask.shape[0] != completion_mask.shape[0]:
+        raise ValueError(
+            f"prompt_mask (B, P) and completion_mask (B, C) must share B, got {tuple(prompt_mask.shape)} and "
+            f"{tuple(completion_mask.shape)}"
+        )
+    loss_mask = completion_mask if loss_mask is None else loss_mask
+    if loss_mask.shape != completion_mask.shape:
+        raise ValueError(f"loss_mask must be shaped like completion_mask, got {tuple(loss_mask.shape)}")
+    positions = prompt_mask.numel() + completion_mask.numel()
+    real = int(prompt_mask.bool().sum()) + int(completion_mask.bool().sum())
+    return {
+        "cost/useful_token_frac": _ratio(int((loss_mask.bool() & completion_mask.bool()).sum()), positions),
+        "cost/padded_token_frac": _ratio(positions - real, positions),
+    }
+
+
+def generation_cost(generated_tokens: int, retained_groups: int) -> dict[str, float]:
+    """``cost/generated_tokens_per_retained_group``: completion tokens generated this step (all rounds, kept or
+    discarded) per group that reached the update. NaN when no group was retained.
+
+    Without dynamic sampling every group is retained, so this is ``G`` times the mean completion length; with it,
+    the ratio grows as the filter throws groups away.
+
+    Example:
+        >>> generation_cost(generated_tokens=3000, retained_groups=4)
+        {'cost/generated_tokens_per_retained_group': 750.0}
+    """
+    if generated_tokens < 0 or retained_groups < 0:
+        raise ValueError(f"counts must be >= 0, got {generated_tokens=} and {retained_groups=}")
+    return {"cost/generated_tokens_per_retained_group": _ratio(generated_tokens, retained_groups)}
+
+
+def peak_memory_gb(device: torch.device | int | None = None, reset: bool = False) -> float | None:
+    """Peak accelerator memory allocated by tensors since the last reset, in GiB (2**30 bytes); None without CUDA.
+
+    With ``reset=True`` the peak counter restarts after the reading, so calling it once per logging step gives each
+    step's own peak. None means "skip the metric" (CPU runs log no ``cost/peak_memory_gb``).
+
+    Example:
+        >>> value = peak_memory_gb()
+        >>> value is None or value >= 0.0
+        True
+    """
+    if not torch.cuda.is_available():
+        return None
+    peak = torch.cuda.max_memory_allocated(device) / 2**30
+    if reset:
+        torch.cuda.reset_peak_memory_stats(device)
+    return peak
+
+
+# ------------------------------------------------------------------------------------------------------------ time/
+
+
+def time_split(sections: Mapping[str, float], total_s: float) -> dict[str, float]:
+    """``time/<name>_s`` and ``time/<name>_frac`` for each named section, plus ``other`` = total minus the sections.
+
+    Example:
+        >>> time_split({"generation": 6.0, "reward": 1.0, "update": 2.0}, 10.0)  # doctest: +NORMALIZE_WHITESPACE
+        {'time/generation_s': 6.0, 'time/reward_s': 1.0, 'time/update_s': 2.0, 'time/other_s': 1.0,
+         'time/generation_frac': 0.6, 'time/reward_frac': 0.1, 'time/update_frac': 0.2, 'time/other_frac': 0.1}
+    """
+    if "other" in sections:
+        raise ValueError("'other' is computed as total minus the named sections; do not time it explicitly")
+    seconds = {name: float(value) for name, value in sections.items()}
+    # Clock granularity can make the named sections sum a hair above the total; other is never negative.
+    seconds["other"] = max(float(total_s) - sum(seconds.values()), 0.0)
+    metrics = {f"time/{name}_s": value for name, value in seconds.items()}
+    if total_s > 0:
+        metrics.update({f"time/{name}_frac": value / total_s for name, value in seconds.items()})
+    return metrics
+
+
+class StepTimer:
+    """Accumulates wall time of named sections between two readings; time goes to the *innermost* open section.
+
+    Nesting is allowed and never double counts: time spent in ``reward`` inside ``generation`` is charged to
+    ``reward`` only, so the sections plus ``other`` add up to the elapsed total. Cost: two ``perf_counter`` calls per
+    section.
+
+    Example:
+        >>> timer = StepTimer()
+        >>> with timer.section("generation"):
+        ...     with timer.section("reward"):
+        ...         pass
+        >>> sorted(timer.metrics())[:3]
+        ['time/generation_frac', 'time/generation_s', 'time/other_frac']
+    """
+
+    def __init__(self, sections: tuple[str, ...] = TIME_SECTIONS, clock: Callable[[], float] = time.perf_counter):
+        self._names = sections
+        self._clock = clock
+        self.reset()
+
+    def reset(self) -> None:
+        """Zero every section and restart the total."""
+        self._seconds = dict.fromkeys(self._names, 0.0)
+        self._stack: list[tuple[str, float]] = []  # (section name, when it last resumed)
+        self._start = self._clock()
+
+    @contextmanager
+    def section(self, name: str) -> Iterator[None]:
+        """Charge the time spent inside the block to ``name`` (minus nested sections)."""
+        now = self._clock()
+        if self._stack:  # pause the enclosing section
+            outer, resumed = self._stack[-1]
+            self._seconds[outer] = self._seconds.get(outer, 0.0) + now - resumed
+        self._stack.append((name, now))
+        try:
+            yield
+        finally:
+            now = self._clock()
+            _, resumed = self._stack.pop()
+            self._seconds[name] = self._seconds.get(name, 0.0) + now - resumed
+            if self._stack:  # resume the enclosing section
+                self._stack[-1] = (self._stack[-1][0], now)
+
+    def metrics(self, reset: bool = True) -> dict[str, float]:
+        """:func:`time_split` of the time since the last reset; then reset (unless ``reset=False``)."""
+        if self._stack:
+            raise RuntimeError(f"sections still open: {[name for name, _ in self._stack]}")
+        result = time_split(self._seconds, self._clock() - self._start)
+        if reset:
+            self.reset()
+        return result
+
+
+# ---------------------------------------------------------------------------------------------------------- helpers
+
+
+def _grouped(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
+    if not isinstance(num_generations, int) or num_generations < 1:
+        raise ValueError(f"num_generations must be a positive int, got {num_generations!r}")
+    if rewards.dim() != 1 or not torch.is_floating_point(rewards):
+        raise ValueError(f"rewards must be a flat float (B*G,) tensor, got {rewards.dtype} {tuple(rewards.shape)}")
+    if rewards.numel() % num_generations:
+        raise ValueError(f"{rewards.numel()} rewards do not split into groups of num_generations={num_generations}")
+    return rewards.detach().cpu().view(-1, num_generations)
+
+
+def _fraction(mask: torch.Tensor, count: int) -> float:
+    return _ratio(int(mask.sum()), count)
+
+
+def _ratio(numerator: float, denominator: float) -> float:
+    return numerator / denominator if denominator else _NAN
+
+
+def _nanmean(values: torch.Tensor) -> float:
+    return torch.nanmean(values.double()).item() if values.numel() else _NAN
+
+
+def _check_same_length(**tensors: torch.Tensor | None) -> None:
+    sizes = {name: t.numel() for name, t in tensors.items() if t is not None}
+    if len(set(sizes.values())) > 1:
+        raise ValueError(f"per-completion tensors must have the same length, got {sizes}")
