@@ -52,7 +52,16 @@ def test_group_outcomes_known_groups():
         *[NAN, NAN, NAN],  # nothing to judge
         *[0.2, 0.7, NAN],  # contrast among the scorable ones
     )
-    assert group_outcomes(rewards, 3).tolist() == [ALL_MAX, ALL_MIN, MIXED, ALL_MIN, ALL_MAX, ALL_MIN, UNSCORABLE, MIXED]
+    assert group_outcomes(rewards, 3).tolist() == [
+        ALL_MAX,
+        ALL_MIN,
+        MIXED,
+        ALL_MIN,
+        ALL_MAX,
+        ALL_MIN,
+        UNSCORABLE,
+        MIXED,
+    ]
 
 
 def test_group_outcomes_threshold_and_tolerance():
@@ -246,7 +255,9 @@ def test_length_metrics_leaves_out_what_does_not_apply():
 
 
 def test_length_metrics_threshold_and_all_unscorable():
-    m = length_metrics(torch.tensor([3, 8]), torch.tensor([False, False]), task_rewards=_t(0.7, 0.2), success_threshold=0.5)
+    m = length_metrics(
+        torch.tensor([3, 8]), torch.tensor([False, False]), task_rewards=_t(0.7, 0.2), success_threshold=0.5
+    )
     assert m["length/task_accuracy"] == 0.5
     m = length_metrics(torch.tensor([3]), torch.tensor([False]), task_rewards=_t(NAN), penalty=_t(0.0))
     assert math.isnan(m["length/task_accuracy"]) and math.isnan(m["length/shaped_reward_mean"])

@@ -191,9 +191,13 @@ def test_synthetic_dapo_run_draws_every_panel(tmp_path):
 
 
 def test_panels_follow_the_logged_keys(tmp_path):
-    history = [{k: v for k, v in e.items() if not k.startswith(("dynamic_sampling/", "kl"))} for e in _synthetic_history()]
+    history = [
+        {k: v for k, v in e.items() if not k.startswith(("dynamic_sampling/", "kl"))} for e in _synthetic_history()
+    ]
     report = build_report(_write_state(tmp_path, history))
-    assert report.panels == [t for t in ALL_TITLES if not t.startswith("Dynamic sampling") and t != "KL to the reference"]
+    assert report.panels == [
+        t for t in ALL_TITLES if not t.startswith("Dynamic sampling") and t != "KL to the reference"
+    ]
 
 
 def test_health_checks_warn_in_plain_language(tmp_path):
