@@ -129,6 +129,25 @@ class DAPOConfig(GRPOConfig):
         },
     )
 
+    diagnostics: bool = field(
+        default=False,
+        metadata={
+            "help": "Log the groups/, length/, cost/ and time/ diagnostics every step (training is unchanged; the "
+            "overhead is measured by benchmarks/diagnostics_overhead.py)."
+        },
+    )
+    diagnostics_success_threshold: float = field(
+        default=1.0,
+        metadata={
+            "help": "Diagnostics: a completion counts as correct when its task reward is at least this (for pass@k "
+            "and the all-correct / all-wrong split; 1.0 suits 0/1 verifiers)."
+        },
+    )
+    diagnostics_pass_k: int | None = field(
+        default=None,
+        metadata={"help": "Diagnostics: the k of groups/pass@k (unbiased estimator over the G samples); None = G."},
+    )
+
     def __post_init__(self):
         super().__post_init__()  # resolves steps_per_generation / generation_batch_size first
         self._validate_extension_fields()
@@ -157,6 +176,11 @@ class DAPOConfig(GRPOConfig):
             )
         self._validate_overlong_fields()
         self._validate_dynamic_sampling_fields()
+        if self.diagnostics_pass_k is not None and not 1 <= self.diagnostics_pass_k <= self.num_generations:
+            raise ValueError(
+                f"diagnostics_pass_k={self.diagnostics_pass_k} must be between 1 and num_generations="
+                f"{self.num_generations} (pass@k is estimated from the G samples of each group), or None for G."
+            )
 
     def _validate_overlong_fields(self) -> None:
         if self.overlong_buffer_length is None:

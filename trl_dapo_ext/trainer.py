@@ -26,6 +26,7 @@ import math
 import os
 import warnings
 from collections import defaultdict, deque
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +43,7 @@ from .advantages import combine_rewards, group_advantages, normalize_then_sum_ad
 from .batch import concat_rows, select_rows
 from .batch_metrics import RECOMPUTED_KEYS, trl_batch_metrics
 from .config import DAPOConfig, as_dapo_config
+from .diagnostics import StepTimer, generation_cost, group_metrics, length_metrics, peak_memory_gb, token_metrics
 from .filtering import (
     fill_priority,
     group_reward_spread,
@@ -80,6 +82,7 @@ class _Assembled:
     rewards_per_func: torch.Tensor
     lengths: torch.Tensor
     truncated: torch.Tensor
+    completion_ids: list[list[int]]
     filled: torch.Tensor
     origin: list[tuple[int, int, int]]
     global_advantages: torch.Tensor
@@ -91,8 +94,9 @@ class _Part:
 
     batch: dict[str, Any]
     rewards_per_func: torch.Tensor  # (rows, n_funcs)
-    lengths: torch.Tensor
+    lengths: torch.Tensor  # model tokens (TRL's length metrics)
     truncated: torch.Tensor
+    completion_ids: list[list[int]]
     origin: list[tuple[int, int, int]]  # (round, round's rows per process, local row) for the completions table
     filled: bool = False
 
@@ -125,6 +129,10 @@ class DAPOTrainer(GRPOTrainer):
             )
         if args.dynamic_sampling:
             self._setup_dynamic_sampling()
+        self.step_timer: StepTimer | None = None
+        if args.diagnostics:
+            self.step_timer = StepTimer(("generation", "reward", "scoring", "update"))
+            self.add_callback(_DiagnosticsCallback(self))
 
     def _append_reward_function(self, reward_func, weight: float = 1.0) -> None:
         # After super().__init__ (its reward_weights length check counts only the user's functions), the same way
@@ -144,7 +152,8 @@ class DAPOTrainer(GRPOTrainer):
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         try:
-            rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+            with self._timed("reward"):
+                rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         except Exception as error:
             raise RewardFunctionError(
                 f"a reward function raised at step {self.state.global_step} (reward functions: "
@@ -158,11 +167,105 @@ class DAPOTrainer(GRPOTrainer):
         if self.args.dynamic_sampling and self.model.training:
             return self._dynamic_sampling_batch(inputs)
         output = super()._generate_and_score_completions(inputs)
+        record = self._last_round
         if self.recomputes_advantages:
-            advantages = self._advantages(self._last_round.rewards_per_func)
+            advantages = self._advantages(record.rewards_per_func)
             self._replace_logged_advantages(advantages)
             output["advantages"] = self._local_rows(advantages, len(inputs))
+        if self.args.diagnostics and self.model.training:
+            lengths, truncated = self._row_lengths(record.completion_ids, output.get("tool_mask"))
+            self._log_diagnostics(
+                attempted=[record.rewards_per_func],
+                update_rewards=self._local_rows(record.rewards_per_func, len(inputs)),
+                lengths=lengths,
+                truncated=truncated,
+                batch=output,
+                completion_ids=record.completion_ids,
+                generated_completion_ids=[record.completion_ids],
+            )
         return output
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Diagnostics (groups/, length/, cost/, time/), only with diagnostics=True
+    # ------------------------------------------------------------------------------------------------------------
+
+    def _timed(self, section: str):
+        return self.step_timer.section(section) if self.step_timer is not None else nullcontext()
+
+    def _generate(self, prompts: list):
+        with self._timed("generation"):
+            return super()._generate(prompts)
+
+    def _prepare_inputs(self, generation_batch):
+        # Rollout work that is neither generation nor reward: log-prob passes, padding, batch assembly.
+        with self._timed("scoring"):
+            return super()._prepare_inputs(generation_batch)
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        with self._timed("update"):  # forward and backward; nested rollout sections are charged to themselves
+            return super().training_step(model, inputs, num_items_in_batch)
+
+    def _row_lengths(self, completion_ids: list[list[int]], tool_mask: torch.Tensor | None):
+        """Model-token lengths (TRL's length metrics; tool output excluded) and truncation flags of local rows."""
+        eos_and_pad = {*self.eos_token_ids, self._tokenizer.pad_token_id}
+        if tool_mask is not None:
+            lengths = [int(tool_mask[row, : len(ids)].sum()) for row, ids in enumerate(completion_ids)]
+        else:
+            lengths = [len(ids) for ids in completion_ids]
+        truncated = [bool(ids) and ids[-1] not in eos_and_pad for ids in completion_ids]
+        return torch.tensor(lengths), torch.tensor(truncated, dtype=torch.bool)
+
+    def _task_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
+        indices = self.task_reward_indices
+        return combine_rewards(rewards_per_func[:, indices], self.reward_weights[indices])
+
+    def _log_diagnostics(
+        self, attempted, update_rewards, lengths, truncated, batch, completion_ids, generated_completion_ids
+    ) -> None:
+        """One generation batch's groups/, length/ and cost/ metrics.
+
+        ``attempted``: gathered reward matrices of every round (groups/ describes all attempted groups: how hard the
+        prompts are); the other arguments describe this process's update batch (length/ and cost/).
+        """
+        args, device, gather = self.args, self.accelerator.device, self.accelerator.gather
+        metrics = group_metrics(
+            self._task_rewards(torch.cat(attempted)),
+            self.num_generations,
+            success_threshold=args.diagnostics_success_threshold,
+            k=args.diagnostics_pass_k,
+        )
+        penalty = None
+        if args.overlong_buffer_length is not None:
+            penalty = gather(update_rewards[:, -1].to(device)).cpu()  # the overlong column is appended last
+        metrics.update(
+            length_metrics(
+                gather(lengths.to(device)).cpu(),
+                gather(truncated.to(device)).cpu(),
+                task_rewards=gather(self._task_rewards(update_rewards).to(device)).cpu(),
+                penalty=penalty,
+                max_length=args.max_completion_length if penalty is not None else None,
+                buffer_length=args.overlong_buffer_length if penalty is not None else None,
+                success_threshold=args.diagnostics_success_threshold,
+            )
+        )
+        # Padding and loss tokens of the update batch (this process); the mask before mask_truncated_completions
+        # is rebuilt from the raw completion lengths.
+        completion_mask = batch["completion_mask"]
+        raw_lengths = torch.tensor([len(ids) for ids in completion_ids], device=completion_mask.device)
+        positions = torch.arange(completion_mask.shape[1], device=completion_mask.device)
+        metrics.update(
+            token_metrics(
+                batch["prompt_mask"],
+                (positions.unsqueeze(0) < raw_lengths.unsqueeze(1)).long(),
+                loss_mask=completion_mask * batch.get("tool_mask", 1),
+            )
+        )
+        local_tokens = sum(len(ids) for round_ids in generated_completion_ids for ids in round_ids)
+        generated_tokens = int(gather(torch.tensor([local_tokens], device=device)).sum())
+        retained_groups = len(lengths) // self.num_generations * self.accelerator.num_processes
+        metrics.update(generation_cost(generated_tokens, retained_groups))
+        for key, value in metrics.items():
+            self._metrics["train"][key].append(value)
 
     def _advantages(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
         """Advantages of every row of a gathered reward matrix, with the configured estimator and aggregation."""
@@ -265,6 +368,8 @@ class DAPOTrainer(GRPOTrainer):
         original_logs, round_logs = self._logs, {}
 
         kept: list[_Part] = []
+        attempted_rewards: list[torch.Tensor] = []  # gathered reward matrix of every round (diagnostics)
+        generated_ids: list[list[list[int]]] = []
         fill_candidates: list[tuple[tuple, _Part]] = []  # (priority key, one uninformative group)
         totals = torch.zeros(6, dtype=torch.long)  # global: attempted, informative, surplus, all_max, all_min, other
         rows = inputs + self._refill_rows(first_round_groups - target)
@@ -274,6 +379,9 @@ class DAPOTrainer(GRPOTrainer):
             output = super()._generate_and_score_completions(rows)
             record = self._last_round
             local_count = len(rows)
+            if args.diagnostics:
+                attempted_rewards.append(record.rewards_per_func)
+                generated_ids.append(record.completion_ids)
             local_rewards = self._local_rows(record.rewards_per_func, local_count)
 
             # Which groups vary in the task reward (the overlong penalty never counts).
@@ -340,6 +448,16 @@ class DAPOTrainer(GRPOTrainer):
 
         batch, facts = self._assemble(kept + fillers)
         self._log_dynamic_sampling(round_index, totals, retained_per_process, len(fillers), metric_marks, facts)
+        if args.diagnostics:
+            self._log_diagnostics(
+                attempted=attempted_rewards,
+                update_rewards=facts.rewards_per_func,
+                lengths=facts.lengths,
+                truncated=facts.truncated,
+                batch=batch,
+                completion_ids=facts.completion_ids,
+                generated_completion_ids=generated_ids,
+            )
         if self.log_completions:
             self._rebuild_completion_logs(round_logs, facts)
         return batch
@@ -349,17 +467,16 @@ class DAPOTrainer(GRPOTrainer):
         rows = (group_ids.unsqueeze(1) * G + torch.arange(G)).flatten()
         row_list = rows.tolist()
         completion_ids = [record.completion_ids[i] for i in row_list]
-        eos_and_pad = {*self.eos_token_ids, self._tokenizer.pad_token_id}
         tool_mask = output.get("tool_mask")
-        if tool_mask is not None:  # count model tokens only, as TRL's length metrics do
-            lengths = [int(tool_mask[i, : len(completion_ids[j])].sum()) for j, i in enumerate(row_list)]
-        else:
-            lengths = [len(ids) for ids in completion_ids]
+        lengths, truncated = self._row_lengths(
+            completion_ids, tool_mask.index_select(0, rows.to(tool_mask.device)) if tool_mask is not None else None
+        )
         return _Part(
             batch=select_rows(output, rows),
             rewards_per_func=local_rewards.index_select(0, rows.to(local_rewards.device)),
-            lengths=torch.tensor(lengths),
-            truncated=torch.tensor([ids[-1] not in eos_and_pad if ids else False for ids in completion_ids]),
+            lengths=lengths,
+            truncated=truncated,
+            completion_ids=completion_ids,
             origin=[(round_index, local_count, i) for i in row_list],
         )
 
@@ -422,6 +539,7 @@ class DAPOTrainer(GRPOTrainer):
             rewards_per_func=rewards_per_func,
             lengths=torch.cat([part.lengths for part in parts]),
             truncated=torch.cat([part.truncated for part in parts]),
+            completion_ids=[ids for part in parts for ids in part.completion_ids],
             filled=filled,
             origin=[origin for part in parts for origin in part.origin],
             global_advantages=advantages,
@@ -554,6 +672,34 @@ class _RefillCheckpointCallback(TrainerCallback):
                 with open(os.path.join(folder, REFILL_STATE_FILE), "w") as handle:
                     json.dump(self.trainer.refill_sampler.state_dict(), handle)
         return control
+
+
+class _DiagnosticsCallback(TrainerCallback):
+    """time/ split per optimizer step: the optimizer step counts as update; the rest outside sections is other."""
+
+    def __init__(self, trainer: DAPOTrainer):
+        self.trainer = trainer
+        self._optimizer_section = None
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.trainer.step_timer.reset()
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        self._optimizer_section = self.trainer.step_timer.section("update")
+        self._optimizer_section.__enter__()
+
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        if self._optimizer_section is not None:
+            self._optimizer_section.__exit__(None, None, None)
+            self._optimizer_section = None
+
+    def on_step_end(self, args, state, control, **kwargs):
+        metrics = self.trainer._metrics["train"]
+        for key, value in self.trainer.step_timer.metrics().items():
+            metrics[key].append(value)
+        memory = peak_memory_gb(reset=True)  # this step's peak, not the run's
+        if memory is not None:
+            metrics["cost/peak_memory_gb"].append(memory)
 
 
 def _empty_like(logs: dict[str, Any]) -> dict[str, Any]:

@@ -337,7 +337,9 @@ def _series(history: list[dict[str, float]], key: str) -> tuple[list[float], lis
     """(steps, values) of one metric, non-finite values left out (TRL logs None for an all-NaN metric)."""
     if key in ("reward-std", "reward+std"):  # the reward band is derived from reward and reward_std
         sign = -1.0 if key == "reward-std" else 1.0
-        points = [(e["step"], e["reward"] + sign * e["reward_std"]) for e in history if "reward" in e and "reward_std" in e]
+        points = [
+            (e["step"], e["reward"] + sign * e["reward_std"]) for e in history if "reward" in e and "reward_std" in e
+        ]
     else:
         points = [(e["step"], e[key]) for e in history if key in e]
     points = [(step, value) for step, value in points if math.isfinite(value)]
@@ -348,7 +350,9 @@ def _completion_points(completions, history) -> dict[str, list[float]] | None:
     """Completion length (characters) and the unweighted sum of the reward columns, per logged completion."""
     if "completion" not in completions.columns:
         return None
-    reward_names = {key.split("/", 1)[1].rsplit("/", 1)[0] for entry in history for key in entry if key.startswith("rewards/")}
+    reward_names = {
+        key.split("/", 1)[1].rsplit("/", 1)[0] for entry in history for key in entry if key.startswith("rewards/")
+    }
     reward_columns = [c for c in completions.columns if c in reward_names]
     if not reward_columns:  # a run whose log keys we cannot match: every numeric column but step and advantage
         numeric = completions.select_dtypes("number").columns
@@ -392,8 +396,12 @@ def _draw(image: Path, history, panels: list[Panel], completion_rows, title: str
     axes = figure.subplots(rows, columns, squeeze=False).ravel()
     # Fixed margins (inches -> fractions) instead of constrained layout, which draws the figure twice: 2x slower.
     figure.subplots_adjust(
-        left=0.9 / (7 * columns), right=1 - 0.85 / (7 * columns), top=1 - 0.75 / height, bottom=0.55 / height,
-        hspace=0.9 / 3.4 * 1.15, wspace=0.35 if columns > 1 else 0.2,
+        left=0.9 / (7 * columns),
+        right=1 - 0.85 / (7 * columns),
+        top=1 - 0.75 / height,
+        bottom=0.55 / height,
+        hspace=0.9 / 3.4 * 1.15,
+        wspace=0.35 if columns > 1 else 0.2,
     )
     for ax, panel in zip(axes, panels, strict=False):
         _draw_panel(ax, history, panel)
@@ -556,7 +564,9 @@ def main(argv: list[str] | None = None, prog: str = "trl-dapo report") -> int:
     )
     parser.add_argument("output_dir", metavar="OUTPUT_DIR", help="the run's output_dir (holds trainer_state.json)")
     parser.add_argument(
-        "--out", metavar="PATH", help="PNG to write (default OUTPUT_DIR/report.png); the summary goes next to it as .txt",
+        "--out",
+        metavar="PATH",
+        help="PNG to write (default OUTPUT_DIR/report.png); the summary goes next to it as .txt",
     )
     parser.add_argument("--quiet", action="store_true", help="do not print the summary")
     args = parser.parse_args(argv)

@@ -1,0 +1,103 @@
+"""Diagnostics wired into training: keys present, values consistent with the run, report drawn from a real run."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import digit_fraction_reward, grpo_kwargs
+from test_dynamic_sampling import KindReward, kinds_dataset
+
+from trl_dapo_ext import DAPOConfig, DAPOTrainer
+from trl_dapo_ext.cli.report import build_report
+
+pytestmark = pytest.mark.trainer
+
+PREFIXES = ("groups/", "length/", "cost/", "time/")
+
+
+def train(make_model, tokenizer, tmp_path, dataset, reward, **overrides):
+    args = DAPOConfig(**grpo_kwargs(tmp_path, **overrides))
+    trainer = DAPOTrainer(
+        model=make_model(seed=2), reward_funcs=reward, args=args, train_dataset=dataset, processing_class=tokenizer
+    )
+    trainer.train()
+    return trainer, [h for h in trainer.state.log_history if "loss" in h]
+
+
+def test_diagnostics_are_off_by_default(make_model, tokenizer, prompt_dataset, tmp_path):
+    _, logs = train(make_model, tokenizer, tmp_path, prompt_dataset, digit_fraction_reward, max_steps=1)
+    assert not [key for key in logs[0] if key.startswith(PREFIXES)]
+
+
+def test_diagnostics_metrics_every_step(make_model, tokenizer, prompt_dataset, tmp_path):
+    _, logs = train(
+        make_model,
+        tokenizer,
+        tmp_path,
+        prompt_dataset,
+        digit_fraction_reward,
+        max_steps=2,
+        diagnostics=True,
+        diagnostics_success_threshold=0.5,
+        overlong_buffer_length=4,
+    )
+    for log in logs:
+        groups = log["groups/frac_all_max"] + log["groups/frac_all_min"] + log["groups/frac_mixed"]
+        assert groups == pytest.approx(1.0)
+        assert 0.0 <= log["groups/pass@1"] <= log["groups/pass@k"] <= 1.0
+        assert log["length/truncated_frac"] == pytest.approx(log["completions/clipped_ratio"])
+        assert -1.0 <= log["length/overlong_penalty_mean"] <= 0.0
+        assert 0.0 <= log["length/in_buffer_frac"] <= 1.0
+        # 8 completions of at most 8 tokens in 2 groups: at most 32 generated tokens per group
+        assert 0 < log["cost/generated_tokens_per_retained_group"] <= 32
+        assert 0 < log["cost/useful_token_frac"] <= 1
+        assert log["time/generation_s"] > 0 and log["time/update_s"] > 0
+        fractions = [value for key, value in log.items() if key.startswith("time/") and key.endswith("_frac")]
+        assert sum(fractions) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_group_split_counts_attempted_groups_with_dynamic_sampling(make_model, tokenizer, tmp_path):
+    _, logs = train(
+        make_model,
+        tokenizer,
+        tmp_path,
+        kinds_dataset(["right", "wrong", "varying"], repeat=8),
+        KindReward(),
+        max_steps=2,
+        dynamic_sampling=True,
+        diagnostics=True,
+    )
+    for log in logs:
+        attempted = log["dynamic_sampling/attempted_groups"]
+        # 'right' prompts score 1.0 (all correct), 'wrong' 0.0, 'varying' strictly between: mixed
+        assert log["groups/frac_all_max"] == pytest.approx(log["dynamic_sampling/all_max_groups"] / attempted)
+        assert log["groups/frac_all_min"] == pytest.approx(log["dynamic_sampling/all_min_groups"] / attempted)
+        generated = log["dynamic_sampling/generated_completions"] * 8  # at most 8 tokens each
+        assert log["cost/generated_tokens_per_retained_group"] <= generated / log["dynamic_sampling/retained_groups"]
+        assert log["cost/generated_tokens_per_retained_group"] > 0
+
+
+def test_report_from_a_real_dynamic_sampling_run(make_model, tokenizer, tmp_path):
+    trainer, _ = train(
+        make_model,
+        tokenizer,
+        tmp_path,
+        kinds_dataset(["right", "wrong", "varying"], repeat=8),
+        KindReward(),
+        max_steps=3,
+        dynamic_sampling=True,
+        diagnostics=True,
+    )
+    trainer.save_state()
+    report = build_report(tmp_path)
+    for title in (
+        "Reward and accuracy",
+        "Zero-variance split",
+        "Dynamic sampling: retention and rounds",
+        "Dynamic sampling: groups per step",
+    ):
+        assert title in report.panels
+    assert any(title.startswith("Time") for title in report.panels)
+    from PIL import Image
+
+    with Image.open(report.image) as image:
+        assert image.width > 800 and image.height > 600
