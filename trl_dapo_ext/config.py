@@ -54,6 +54,15 @@ class DAPOConfig(GRPOConfig):
     dynamic_sampling_on_exhausted (`str`, defaults to `"error"`):
         When the budget runs out: `"error"` raises with the counts; `"fill"` completes the batch with the closest
         uninformative groups, masked out of the loss, and warns once.
+
+    > Diagnostics
+
+    diagnostics (`bool`, defaults to `False`):
+        Log the `groups/`, `length/`, `cost/` and `time/` metrics every step; training itself is unchanged.
+    diagnostics_success_threshold (`float`, defaults to `1.0`):
+        A completion counts as correct when its task reward is at least this (pass@k, all-correct/all-wrong split).
+    diagnostics_pass_k (`int` or `None`, defaults to `None`):
+        The k of `groups/pass@k`; `None` means `num_generations`.
     """
 
     advantage_estimator: str = field(
