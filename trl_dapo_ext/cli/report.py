@@ -126,6 +126,7 @@ PANELS: tuple[Panel, ...] = (
         stacked=(
             Series("time/generation_s", "generation"),
             Series("time/reward_s", "reward"),
+            Series("time/scoring_s", "scoring (log-probs, batch assembly)"),
             Series("time/update_s", "update"),
             Series("time/other_s", "other"),
         ),
@@ -190,6 +191,7 @@ SUMMARY_KEYS: tuple[str, ...] = (
     "step_time",
     "time/generation_frac",
     "time/reward_frac",
+    "time/scoring_frac",
     "time/update_frac",
     "time/other_frac",
     "clip_ratio/region_mean",
