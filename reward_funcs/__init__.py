@@ -1,6 +1,6 @@
 """Verifier reward functions for TRL's GRPOTrainer (usable without trl_dapo_ext)."""
 
-from .math_answers import (
+from .math_answers import (  # noqa: F401
     FORMAT_REWARD_WEIGHT,
     MathFormatReward,
     MathReward,

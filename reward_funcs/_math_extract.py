@@ -24,6 +24,10 @@ _FILLER = re.compile(
 _MATHLIKE_START = re.compile(r"(?:[-+−.(\[{\\$\d]|\*\*|[A-Za-z](?![A-Za-z]))")
 _MATH_DELIMS = re.compile(r"\$\$|\$|\\\(|\\\)|\\\[|\\\]")
 _CONNECTIVE = re.compile(r"(?i)^(?:|,|;|/|&|or|and|,or|,and|\\lor|\\vee|\\text\{or\}|\\text\{and\}|\\quad|\\qquad)$")
+# "the answer is 5, since 2+3=5": the justification after the value is not part of the answer.
+_JUSTIFICATION = re.compile(
+    r"(?i),?\s+(?:since|because|as|which|so|where|given|when|thus|hence|therefore)\b"
+)
 _UNANCHORED_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?")
 _MAX_SENTENCE = 5000
 _MAX_BOX_CHAIN = 8
@@ -159,6 +163,15 @@ def _sentence(text: str, start: int) -> tuple[str, int]:
     return text[start:i], i
 
 
+def _cut_justification(content: str) -> str:
+    """Cut at the first top-level "since"/"because"/... outside `$...$` and braces."""
+    for m in _JUSTIFICATION.finditer(content):
+        before = content[: m.start()]
+        if before.count("$") % 2 == 0 and before.count("{") == before.count("}") and before.strip():
+            return before
+    return content
+
+
 def _line_content(text: str, m: re.Match) -> tuple[str, int]:
     content, end = _sentence(text, m.end())
     if not content.strip(" \t*_"):  # "Final Answer:\n42": take the next non-empty line
@@ -180,6 +193,7 @@ def _last_regex_anchor(text: str, pattern: re.Pattern, kind: str, need_mathlike:
             content, end = _sentence(text, m.end())
         if kind == "phrase":
             content = _FILLER.sub("", content.lstrip())
+        content = _cut_justification(content)
         if need_mathlike and not _MATHLIKE_START.match(content.strip()):
             continue
         if not content.strip():
@@ -215,10 +229,12 @@ def _box_answer(text: str, last: _Anchor) -> str | None:
         gap = _MATH_DELIMS.sub("", text[prev.end : cur.start]).replace(" ", "").replace("\t", "").replace("\n", "")
         if len(gap) > 12 or not _CONNECTIVE.match(gap):
             break
+        cur = prev
+        if "".join(prev.content.split()) in {"".join(p.split()) for p in parts[::2]}:
+            continue  # the same answer boxed twice is not a hedge
         sep = {"": ", ", ",": ", ", ";": ", "}.get(gap, f" {gap} ")
         parts.insert(0, sep)
         parts.insert(0, prev.content)
-        cur = prev
     return "".join(parts)
 
 

@@ -14,7 +14,8 @@ from fractions import Fraction
 MAX_ANSWER_CHARS = 1000
 _MAX_VALUES = 32
 
-_SPACING = re.compile(r"\\[!,;:> ]|~|\\(?:quad|qquad)(?![A-Za-z])")
+# A `\\` matrix row break is matched first so its second backslash is never read as a spacing command.
+_SPACING = re.compile(r"\\\\|\\[!,;:> ]|~|\\(?:quad|qquad)(?![A-Za-z])")
 _DROP = re.compile(r"\\(?:left|right|displaystyle|textstyle|big|Big|bigg|Bigg)(?![A-Za-z])")
 _FRAC_ALIASES = re.compile(r"\\[dt]frac(?![A-Za-z])")
 _TEXT_CMD = re.compile(r"\\(?:text|textbf|textit|textrm|textnormal|mathrm|mathbf|mathit|mbox|operatorname)\s*\{")
@@ -114,7 +115,7 @@ def canonical(answer: str | None) -> str | None:
     s = _LATEX_THOUSANDS.sub("", s)
     s = _THIN_THOUSANDS.sub("", s)
     s = _DROP.sub("", s)
-    s = _SPACING.sub(" ", s)
+    s = _SPACING.sub(lambda m: m.group() if m.group() == "\\\\" else " ", s)
     s = _FRAC_ALIASES.sub("\\\\frac", s)
     m = _UNIT_TEXT_TAIL.match(s)
     if m:

@@ -38,7 +38,8 @@ class _GuardTimeout(Exception):
 def _rationalize(s: str) -> str:
     def repl(m: re.Match) -> str:
         whole, frac = m.group(1) or "0", m.group(2)
-        return "\\frac{%s%s}{1%s}" % (whole, frac, "0" * len(frac))
+        zeros = "0" * len(frac)
+        return f"\\frac{{{whole}{frac}}}{{1{zeros}}}"
 
     return _DECIMAL.sub(repl, s)
 

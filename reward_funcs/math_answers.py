@@ -118,8 +118,10 @@ def _prepare(answer: str | None) -> _Prepared | None:
 
 
 @lru_cache(maxsize=65536)
-def _prepare_gold(solution: str) -> _Prepared | None:
-    return _prepare(_ex.gold_answer(solution))
+def _prepare_gold(solution: str | None) -> _Prepared | None:
+    if solution is None:
+        return None
+    return _prepare(_ex.gold_answer(str(solution)))
 
 
 @lru_cache(maxsize=65536)
@@ -385,7 +387,7 @@ class MathReward:
             _ex.extract_answer(_ex.completion_text(c), unanchored_fallback=self.unanchored_fallback)
             for c in completions
         ]
-        pairs = [(_prepare(a) if a is not None else None, _prepare_gold(str(g))) for a, g in zip(answers, golds)]
+        pairs = [(_prepare(a) if a is not None else None, _prepare_gold(None if g is None else str(g))) for a, g in zip(answers, golds, strict=True)]
         verdicts = _score_pairs(pairs, self.timeout_s, self.workers, self.memory_limit_mb)
         log_extra = kwargs.get("log_extra")
         if callable(log_extra):
