@@ -262,3 +262,33 @@ def exact_value(s: str) -> Fraction | None:
     except (ValueError, ZeroDivisionError):
         return None
     return None
+
+
+_INF = {"\\infty": "inf", "+\\infty": "inf", "-\\infty": "-inf"}
+
+
+def exact_structure(s: str) -> tuple | None:
+    """`(a, b]`, `[a, b]`, `(a, b, c)` with plain-number (or +-infinity) entries: (open, close, values), else None.
+
+    Brackets are kept as written, so `[1, 2)` differs from `[1, 2]` and `(1, 2)` from `(2, 1)`; only equal brackets
+    and exactly equal entries are the same structure.
+    """
+    c = compact(s)
+    if len(c) < 5 or c[0] not in "([" or c[-1] not in ")]":
+        return None
+    inner = c[1:-1]
+    if any(ch in inner for ch in "()[]{}") and "\\frac" not in inner:
+        return None
+    items = inner.split(",")
+    if len(items) < 2:
+        return None
+    values = []
+    for item in items:
+        if item in _INF:
+            values.append(_INF[item])
+            continue
+        v = exact_value(item)
+        if v is None:
+            return None
+        values.append(v)
+    return c[0], c[-1], tuple(values)

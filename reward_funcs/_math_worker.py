@@ -100,13 +100,17 @@ class _Comparator:
                     if g.replace(" ", "") == t.replace(" ", ""):
                         return "T"
                     continue
-                if not self.verify(g, t, timeout_seconds=timeout):
-                    continue
+                # Numbers and structures of numbers are decided exactly by us first (cheaper than math-verify's
+                # simplify, and exact); anything else goes to math-verify, whose True we then re-check.
                 try:
                     verdict = self._guarded(g, t, guard_s)
                 except _GuardTimeout:
                     return "E"
-                if verdict is not False:
+                if verdict is True:
+                    return "T"
+                if verdict is False:
+                    continue
+                if self.verify(g, t, timeout_seconds=timeout):
                     return "T"
         return "F"
 
@@ -138,7 +142,7 @@ class _Comparator:
             return self._all_agree(list(a.args), list(b.args))
         if isinstance(a, sp.FiniteSet) and isinstance(b, sp.FiniteSet):
             if len(a) != len(b):
-                return None
+                return False
             rest = list(b.args)
             for x in a.args:
                 j = next((j for j, y in enumerate(rest) if self._agree(x, y) is not False), None)
@@ -165,8 +169,11 @@ class _Comparator:
             return bool(zero)
         symbols = sorted(diff.free_symbols, key=str)
         rng = random.Random(0)
-        points = [{}] if not symbols else [{s: sp.Rational(rng.randint(3, 97), rng.randint(3, 31)) for s in symbols}
-                                           for _ in range(3)]
+        # Expressions in free symbols: compare at random rational points (different there = different functions).
+        points = [{}]
+        if symbols:
+            points = [{s: sp.Rational(rng.choice([-1, 1]) * rng.randint(3, 97), rng.randint(3, 31)) for s in symbols}
+                      for _ in range(3)]
         for point in points:
             d = sp.N(diff.subs(point), 60)
             scale = max(abs(sp.N(a.subs(point), 60)), abs(sp.N(b.subs(point), 60)))
@@ -187,6 +194,30 @@ def _exactify(sp, e):
 
 def _raise_guard_timeout(signum, frame):
     raise _GuardTimeout()
+
+
+_WARM_UP = [
+    ("\\frac{3\\pi}{4}", "2.3562"),
+    ("4\\sqrt{3}", "\\sqrt{48}"),
+    ("x^2+3x+2", "3x+x^2+2"),
+    ("(1, 5]", "[1, 5]"),
+    ("(3, -2)", "(-2, 3)"),
+    ("\\{1,2\\}", "\\{2,1\\}"),
+    ("y=2x+1", "y=1+2x"),
+    ("x>1", "x>2"),
+]
+
+
+def _warm_up(comp: _Comparator) -> None:
+    """Run one comparison of each common shape: sympy's first calls are 10-50x slower (lazy imports and caches), and
+    paying that here, before the worker reports ready, keeps it out of the first training step's reward time."""
+    for g, p in _WARM_UP:
+        try:
+            comp.match(comp.gold(g, 5), p, 5, 4.0)
+        except Exception:
+            pass
+    comp.gold_cache.clear()
+    comp.gold_parses = comp.pred_checks = 0
 
 
 def _watch_parent(ppid: int) -> None:
@@ -213,6 +244,8 @@ def main() -> None:
         out.flush()
         return
     threading.Thread(target=_watch_parent, args=(ppid,), daemon=True).start()
+    if os.environ.get("REWARD_FUNCS_MATH_WARMUP", "1") == "1":
+        _warm_up(comp)
     out.write("R\n")
     out.flush()
     for line in sys.stdin:

@@ -130,6 +130,11 @@ def _exact(s: str):
 
 
 @lru_cache(maxsize=65536)
+def _structure(s: str):
+    return _nz.exact_structure(s)
+
+
+@lru_cache(maxsize=65536)
 def _sides(value: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     names, values = _nz.equation_sides(value)
     return tuple(_nz.compact(n) for n in names), tuple(values)
@@ -141,7 +146,7 @@ def _gold_atoms(g: _Prepared) -> set[str]:
     for v in g.values:
         names, vals = _sides(v)
         targets = [v] if len(vals) != 1 else list(vals)
-        atoms.update(t for t in targets if _exact(t) is None)
+        atoms.update(t for t in targets if _exact(t) is None and _structure(t) is None)
     return atoms
 
 
@@ -162,6 +167,9 @@ class _Oracle:
         pe, ge = _exact(p), _exact(g)
         if pe is not None and ge is not None:
             return pe == ge
+        ps, gs = _structure(p), _structure(g)
+        if ps is not None and gs is not None:  # intervals / tuples of plain numbers: no sympy needed either
+            return ps == gs
         key = (p, g)
         v = self.known.get(key)
         if v is None:
