@@ -306,10 +306,19 @@ def extract_answer(text: str, unanchored_fallback: bool = False) -> str | None:
     return numbers[-1].rstrip(",") if numbers else None
 
 
+_PROSE_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{3,}\b")
+
+
 def gold_answer(solution: str) -> str | None:
-    """The answer in a gold column: raw (`18`, `\\frac{1}{2}`), GSM8K (`... #### 18`) or MATH (`... \\boxed{..}`)."""
+    """The answer in a gold column: raw (`18`, `\\frac{1}{2}`), GSM8K (`... #### 18`) or MATH (`... \\boxed{..}`).
+
+    A gold without any anchor that reads like prose (a solution whose answer we cannot locate) gives None rather
+    than a sentence that sympy would happily turn into a product of symbols.
+    """
     text = str(solution)
     found, answer = find_anchor(text)
     if found:
         return answer
+    if len(_PROSE_WORD.findall(_MATH_DELIMS.sub(" ", text))) >= 4:
+        return None
     return clean_answer(text)

@@ -247,6 +247,11 @@ class _WorkerPool:
         with self.lock:
             out = []
             for w in self.workers:
+                end = time.monotonic() + _STARTUP_TIMEOUT_S
+                while not w.ready and w.proc.poll() is None and time.monotonic() < end:
+                    for line in w.read_lines() or []:
+                        w.ready = w.ready or line == "R"
+                    time.sleep(0.01)
                 if not w.ready or w.proc.poll() is not None:
                     continue
                 w.stats_reply = None

@@ -56,7 +56,14 @@ def _warm(reward):
     assert reward(["\\boxed{\\sqrt{4}}"], answer=["2"]) == [1.0]
 
 
+# Inputs that get stuck in C code (big integers) where no signal can interrupt them: only the kill helps.
+STUCK_ANSWER = "x^2 = 9^{9^{9^{9}}}"
+STUCK = "\\boxed{" + STUCK_ANSWER + "}"
+STUCK_SUM = "\\boxed{\\sum_{n=1}^{10^{10}} n}"
+
 PATHOLOGICAL = [
+    pytest.param(STUCK, "x^2 = 3", 0.0, id="equation-with-power-tower"),
+    pytest.param(STUCK_SUM, "5", 0.0, id="sum-to-10^10"),
     pytest.param("\\boxed{5^{5^{5^{5^{5}}}}}", "3", 0.0, id="power-tower"),
     pytest.param("\\boxed{10^{10^{10}}}", "10", 0.0, id="10^10^10"),
     pytest.param("\\boxed{" + "{" * 5000 + "1" + "}" * 5000 + "}", "1", 0.0, id="5000-nested-braces"),
@@ -88,7 +95,7 @@ def test_time_limit_holds_from_a_non_main_thread():
 
     def run():
         box["out"], box["elapsed"] = _timed(
-            reward, ["\\boxed{5^{5^{5^{5^{5}}}}}", "\\boxed{\\frac{6}{3}}"], answer=["3", "2"]
+            reward, [STUCK, "\\boxed{x^2=3}"], answer=["x^2 = 3", "x^2 = 3"]
         )
 
     t = threading.Thread(target=run)
@@ -107,7 +114,7 @@ def test_answers_match_time_limit_from_a_thread():
     box: dict = {}
 
     def run():
-        box["out"], box["elapsed"] = _timed(ma.answers_match, "10^{10^{10}}", "1", timeout_s=TIMEOUT, workers=1)
+        box["out"], box["elapsed"] = _timed(ma.answers_match, STUCK_ANSWER, "x^2=3", timeout_s=TIMEOUT, workers=1)
 
     ma.answers_match("\\sqrt{4}", "2", workers=1)  # warm
     t = threading.Thread(target=run)
@@ -121,8 +128,10 @@ def test_answers_match_time_limit_from_a_thread():
 def test_no_stray_process_or_zombie_after_timeouts_and_close(fresh_workers):
     reward = make_math_reward(timeout_s=TIMEOUT, workers=2)
     _warm(reward)
-    out = reward(["\\boxed{10^{10^{10}}}", "\\boxed{5^{5^{5^{5^{5}}}}}", "\\boxed{\\sqrt{9}}"], answer=["1", "2", "3"])
+    before = set(_pool(reward).worker_pids())
+    out = reward([STUCK, STUCK_SUM, "\\boxed{\\sqrt{9}}"], answer=["x^2=3", "2", "3"])
     assert out == [0.0, 0.0, 1.0]
+    assert before - set(_pool(reward).worker_pids()), "a worker was killed"
     pids = set(_pool(reward).worker_pids())
     assert len(pids) == 2
     children = _children()
@@ -140,7 +149,7 @@ def test_no_temp_files_left_behind(tmp_path, monkeypatch):
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr(tempfile, "tempdir", None)
     reward = make_math_reward(timeout_s=TIMEOUT, workers=1)
-    assert reward(["\\boxed{10^{10^{10}}}", "\\boxed{\\frac{\\sqrt{8}}{2}}"], answer=["1", "\\sqrt{2}"]) == [0.0, 1.0]
+    assert reward([STUCK, "\\boxed{\\frac{\\sqrt{8}}{2}}"], answer=["x^2=3", "\\sqrt{2}"]) == [0.0, 1.0]
     close_math_workers()
     assert list(tmp_path.iterdir()) == []
 

@@ -84,6 +84,14 @@ def test_model_text_is_never_evaluated(tmp_path):
     assert not target.exists()
 
 
+def test_docstring_examples_run():
+    import doctest
+
+    from reward_funcs import math_answers
+
+    assert doctest.testmod(math_answers).failed == 0
+
+
 # ----- the TRL reward-function contract -----
 
 
