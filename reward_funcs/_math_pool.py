@@ -123,6 +123,7 @@ class _WorkerPool:
         self.mem_mb = mem_mb
         self.pid = os.getpid()
         self.workers: list[_Worker] = []
+        self.spare: _Worker | None = None  # started after the first batch, promoted when a worker is killed
         self.lock = threading.Lock()
         self.start_failures = 0
 
@@ -131,16 +132,29 @@ class _WorkerPool:
     def _ensure_workers(self) -> None:
         self.workers = [w for w in self.workers if w.proc.poll() is None]
         while len(self.workers) < self.n:
-            self.workers.append(_Worker(self.mem_mb))
+            self.workers.append(self._take_spare() or _Worker(self.mem_mb))
+
+    def _take_spare(self) -> _Worker | None:
+        # A warmed-up spare makes replacing a killed worker instant instead of costing a start-up (~1-2 s).
+        spare, self.spare = self.spare, None
+        if spare is not None and spare.proc.poll() is not None:
+            spare.kill()
+            return None
+        return spare
 
     def close(self) -> None:
         with self.lock:
-            for w in self.workers:
+            for w in self.workers + ([self.spare] if self.spare else []):
                 w.close()
             self.workers = []
+            self.spare = None
 
     def worker_pids(self) -> list[int]:
+        """Pids of the workers that take tasks (not the spare)."""
         return [w.proc.pid for w in self.workers]
+
+    def all_pids(self) -> list[int]:
+        return self.worker_pids() + ([self.spare.proc.pid] if self.spare else [])
 
     # ----- scheduling -----
 
@@ -163,6 +177,8 @@ class _WorkerPool:
                         self._assign(w, queue.popleft(), timeout_s)
                     w.flush()
                 if not queue and all(w.task is None for w in self.workers):
+                    if self.spare is None:
+                        self.spare = _Worker(self.mem_mb)
                     return res
                 now = time.monotonic()
                 nearest = min(w.deadline for w in self.workers if w.task is not None or not w.ready)
@@ -236,9 +252,11 @@ class _WorkerPool:
             pass
         w.kill()
         self.workers.remove(w)
-        nw = _Worker(self.mem_mb)
+        nw = self._take_spare() or _Worker(self.mem_mb)
         self.workers.append(nw)
         sel.register(nw.rfd, selectors.EVENT_READ, nw)
+        if self.spare is None:
+            self.spare = _Worker(self.mem_mb)
 
     # ----- test support -----
 

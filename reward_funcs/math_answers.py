@@ -51,7 +51,8 @@ DEFAULT_TIMEOUT_S = 5.0
 DEFAULT_MEMORY_LIMIT_MB = 2048
 # Keyword arguments the trainer adds on its own; not dataset columns.
 _TRAINER_KWARGS = {"prompts", "completion_ids", "trainer_state", "log_extra", "log_metric", "environments"}
-_VERDICT_CACHE_SIZE = 200_000
+_VERDICT_CACHE_SIZE = 100_000
+_CACHEABLE_CHARS = 200
 _MAX_ROUNDS = 4
 
 
@@ -317,7 +318,8 @@ def _resolve(needed, unknown_golds, known, status, timeout_s, workers, mem_mb) -
         v = res.verdicts.get(key)
         if v in ("T", "F"):
             known[(p, g)] = v == "T"
-            _VERDICTS.put((p, g), v == "T")
+            if len(p) + len(g) <= _CACHEABLE_CHARS:  # bound the cache's memory, not just its length
+                _VERDICTS.put((p, g), v == "T")
         else:
             known[(p, g)] = False  # timed out, crashed, or gold unparseable: no credit
 
