@@ -182,7 +182,9 @@ class _WorkerPool:
                     return res
                 now = time.monotonic()
                 nearest = min(w.deadline for w in self.workers if w.task is not None or not w.ready)
-                for key, _ in sel.select(timeout=max(0.0, min(nearest - now, 0.05 if any(w.outbuf for w in self.workers) else 1.0))):
+                # Wake up at the nearest deadline, and often while a request is still being written out.
+                wait = min(nearest - now, 0.05 if any(w.outbuf for w in self.workers) else 1.0)
+                for key, _ in sel.select(timeout=max(0.0, wait)):
                     w = key.data
                     lines = w.read_lines()
                     if lines is None:
@@ -194,6 +196,13 @@ class _WorkerPool:
                 for w in list(self.workers):
                     if (w.task is not None or not w.ready) and now > w.deadline:
                         self._replace(w, sel, queue, res)
+        except BaseException:
+            # Interrupted mid-batch (e.g. KeyboardInterrupt): busy workers would later answer for a task nobody
+            # waits for, so they go.
+            for w in [w for w in self.workers if w.task is not None]:
+                w.kill()
+                self.workers.remove(w)
+            raise
         finally:
             sel.close()
 

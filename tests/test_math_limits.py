@@ -211,3 +211,20 @@ def test_repeated_predictions_are_checked_once():
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="Linux only")
 def test_default_worker_count_follows_the_cores():
     assert 1 <= ma._default_workers() <= min(4, len(os.sched_getaffinity(0)))
+
+
+def test_an_interrupted_batch_leaves_the_pool_usable(monkeypatch):
+    reward = make_math_reward(timeout_s=3.0, workers=1)
+    _warm(reward)
+    real_handle = ma._WorkerPool._handle
+
+    def interrupt_on_first_verdict(self, w, line, *args):
+        if line.startswith("V "):
+            raise KeyboardInterrupt
+        return real_handle(self, w, line, *args)
+
+    monkeypatch.setattr(ma._WorkerPool, "_handle", interrupt_on_first_verdict)
+    with pytest.raises(KeyboardInterrupt):
+        reward(["\\boxed{\\sqrt{25}}", "\\boxed{\\sqrt{36}}"], answer=["5", "5"])
+    monkeypatch.setattr(ma._WorkerPool, "_handle", real_handle)
+    assert reward(["\\boxed{\\sqrt{49}}", "\\boxed{\\sqrt{36}}"], answer=["7", "7"]) == [1.0, 0.0]
