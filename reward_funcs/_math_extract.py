@@ -1,0 +1,324 @@
+"""Finding the final answer in a completion or a gold solution: string work only, linear time, no sympy.
+
+Policy (see docs/math_rewards.md): the final answer is the last anchored answer. Anchors are `\\boxed{...}` /
+`\\fbox{...}` (balanced braces), `<answer>...</answer>`, a GSM8K `#### N`, an `Answer:` / `Final Answer:` line and
+"the (final) answer is X". Text inside `<think>...</think>` never counts; an unclosed `<think>` means no answer.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_THINK_TAG = re.compile(r"<(/?)think>", re.IGNORECASE)
+_BOX = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
+_LINE_ANCHOR = re.compile(
+    r"(?im)^[ \t>*_#-]*(?:final[ \t]+answer|answer)[ \t]*(?:\*\*|__)?[ \t]*[:：](?:[ \t]*(?:\*\*|__))?"
+)
+_PHRASE_ANCHOR = re.compile(r"(?i)\b(?:the|my|our)\s+(?:final\s+)?answer\s+is\b[ \t:]*")
+_GSM8K_ANCHOR = re.compile(r"####[ \t]*")
+_FILLER = re.compile(
+    r"(?i)^(?:(?:therefore|thus|hence|then|indeed|simply|just|clearly|exactly|actually|equal\s+to|:|,)\s*)+"
+)
+# What a phrase / `####` answer may start with: a number, math, or a lone variable / choice letter.
+_MATHLIKE_START = re.compile(r"(?:[-+−.(\[{\\$\d]|\*\*|[A-Za-z](?![A-Za-z]))")
+_MATH_DELIMS = re.compile(r"\$\$|\$|\\\(|\\\)|\\\[|\\\]")
+_CONNECTIVE = re.compile(r"(?i)^(?:|,|;|/|&|or|and|,or|,and|\\lor|\\vee|\\text\{or\}|\\text\{and\}|\\quad|\\qquad)$")
+# "the answer is 5, since 2+3=5": the justification after the value is not part of the answer.
+_JUSTIFICATION = re.compile(
+    r"(?i),?\s+(?:since|because|as|which|so|where|given|when|thus|hence|therefore)\b"
+)
+_UNANCHORED_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?")
+_MAX_SENTENCE = 5000
+_MAX_BOX_CHAIN = 8
+_MAX_TRIED = 50  # anchors of one kind examined from the end (bounds the work on adversarial text)
+
+
+@dataclass
+class _Anchor:
+    start: int
+    end: int  # end of the anchored content span in the text
+    content: str | None  # None: the anchor is there but yields no answer (unclosed box / tag)
+    kind: str  # "box" | "tag" | "line" | "phrase" | "gsm8k"
+
+
+def completion_text(completion) -> str:
+    """Text of a plain or conversational completion (the last assistant message)."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, dict):
+        return _content_text(completion.get("content", ""))
+    if isinstance(completion, (list, tuple)):
+        msgs = [m for m in completion if isinstance(m, dict)]
+        assistant = [m for m in msgs if m.get("role", "assistant") == "assistant"]
+        chosen = assistant[-1] if assistant else (msgs[-1] if msgs else None)
+        return _content_text(chosen.get("content", "")) if chosen else ""
+    raise TypeError(f"a completion must be a string or a list of messages, got {type(completion).__name__}")
+
+
+def _content_text(content) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # multimodal parts: keep the text ones
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type", "text") == "text")
+    return "" if content is None else str(content)
+
+
+def strip_think(text: str) -> str | None:
+    """Remove `<think>...</think>` blocks; None when a `<think>` is never closed.
+
+    A `</think>` with no opening tag (chat templates that put `<think>` in the prompt) makes everything before it
+    reasoning.
+    """
+    out: list[str] = []
+    pos = 0
+    inside = False
+    for m in _THINK_TAG.finditer(text):
+        if m.group(1):  # closing tag
+            if not inside:
+                out = []
+            inside = False
+            pos = m.end()
+        elif not inside:
+            out.append(text[pos : m.start()])
+            inside = True
+    if inside:
+        return None
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _match_brace(text: str, open_idx: int) -> int:
+    """Index of the `}` closing the `{` at open_idx (escaped `\\{`/`\\}` ignored); -1 if unclosed."""
+    depth = 0
+    i = open_idx
+    n = len(text)
+    while i < n:
+        c = text[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return -1
+
+
+def _box_at(text: str, start: int) -> _Anchor:
+    """The box anchor whose `\\boxed`/`\\fbox` starts at `start`."""
+    m = _BOX.match(text, start)
+    i = m.end()
+    while i < len(text) and text[i] in " \t":
+        i += 1
+    if i < len(text) and text[i] == "{":
+        close = _match_brace(text, i)
+        if close < 0:
+            return _Anchor(start, len(text), None, "box")
+        return _Anchor(start, close + 1, text[i + 1 : close], "box")
+    # `\boxed 5` (no braces): one token
+    j = i
+    while j < len(text) and not text[j].isspace() and text[j] not in "$":
+        j += 1
+    if j == i:
+        return _Anchor(start, i, None, "box")
+    return _Anchor(start, j, text[i:j], "box")
+
+
+def _last_box(text: str, before: int | None = None) -> _Anchor | None:
+    end = len(text) if before is None else before
+    i = max(text.rfind("\\boxed", 0, end), text.rfind("\\fbox", 0, end))
+    while i >= 0:
+        if _BOX.match(text, i):
+            return _box_at(text, i)
+        i = max(text.rfind("\\boxed", 0, i), text.rfind("\\fbox", 0, i))
+    return None
+
+
+def _sentence(text: str, start: int) -> tuple[str, int]:
+    """From `start` to the end of the sentence: a newline, or a `.` followed by space/end outside braces and `$`."""
+    depth = 0
+    in_math = False
+    n = min(len(text), start + _MAX_SENTENCE)
+    i = start
+    while i < n:
+        c = text[i]
+        if c == "\n":
+            break
+        if c == "\\":
+            i += 2
+            continue
+        if c == "$":
+            in_math = not in_math
+        elif c == "{":
+            depth += 1
+        elif c == "}":
+            depth = max(0, depth - 1)
+        elif c == "." and depth == 0 and not in_math and (i + 1 >= len(text) or text[i + 1].isspace()):
+            break
+        i += 1
+    return text[start:i], i
+
+
+def _cut_justification(content: str) -> str:
+    """Cut at the first top-level "since"/"because"/... outside `$...$` and braces."""
+    for m in _JUSTIFICATION.finditer(content):
+        before = content[: m.start()]
+        if before.count("$") % 2 == 0 and before.count("{") == before.count("}") and before.strip():
+            return before
+    return content
+
+
+def _line_content(text: str, m: re.Match) -> tuple[str, int]:
+    content, end = _sentence(text, m.end())
+    if not content.strip(" \t*_"):  # "Final Answer:\n42": take the next non-empty line
+        nxt = end
+        while nxt < len(text) and text[nxt] in "\r\n \t":
+            nxt += 1
+        if nxt < len(text):
+            content, end = _sentence(text, nxt)
+    return content, end
+
+
+def _last_regex_anchor(text: str, pattern: re.Pattern, kind: str, need_mathlike: bool) -> _Anchor | None:
+    # Walk the matches from the end and stop at the first usable one, so many anchors cost one sentence scan each
+    # only until the last valid one is found.
+    for m in reversed(list(pattern.finditer(text))[-_MAX_TRIED:]):
+        if kind == "line":
+            content, end = _line_content(text, m)
+        else:
+            content, end = _sentence(text, m.end())
+        if kind == "phrase":
+            content = _FILLER.sub("", content.lstrip())
+        content = _cut_justification(content)
+        if need_mathlike and not _MATHLIKE_START.match(content.strip()):
+            continue
+        if not content.strip():
+            continue
+        return _Anchor(m.start(), end, content, kind)
+    return None
+
+
+def _last_tag(text: str, lower: str) -> _Anchor | None:
+    i = lower.rfind("<answer>")
+    if i < 0:
+        return None
+    j = lower.find("</answer>", i)
+    if j < 0:
+        return _Anchor(i, len(text), None, "tag")
+    inner = text[i + len("<answer>") : j]
+    # An answer tag holding boxes: its own last box is the answer (with the same hedge check).
+    if _last_box(inner) is not None:
+        return _Anchor(i, j + len("</answer>"), _box_answer(inner, _last_box(inner)), "tag")
+    return _Anchor(i, j + len("</answer>"), inner, "tag")
+
+
+def _box_answer(text: str, last: _Anchor) -> str | None:
+    """Content of the last box; boxes joined to it by only a connective ("or", ",", "and") are a hedge: keep all."""
+    if last.content is None:
+        return None
+    parts = [last.content]
+    cur = last
+    for _ in range(_MAX_BOX_CHAIN):
+        prev = _last_box(text, cur.start)
+        if prev is None or prev.content is None or prev.end > cur.start:
+            break
+        gap = _MATH_DELIMS.sub("", text[prev.end : cur.start]).replace(" ", "").replace("\t", "").replace("\n", "")
+        if len(gap) > 12 or not _CONNECTIVE.match(gap):
+            break
+        cur = prev
+        if "".join(prev.content.split()) in {"".join(p.split()) for p in parts[::2]}:
+            continue  # the same answer boxed twice is not a hedge
+        sep = {"": ", ", ",": ", ", ";": ", "}.get(gap, f" {gap} ")
+        parts.insert(0, sep)
+        parts.insert(0, prev.content)
+    return "".join(parts)
+
+
+def _unwrap_boxes(s: str) -> str:
+    out = []
+    pos = 0
+    while True:
+        m = _BOX.search(s, pos)
+        if m is None:
+            out.append(s[pos:])
+            return "".join(out)
+        a = _box_at(s, m.start())
+        out.append(s[pos : m.start()])
+        if a.content is None:
+            out.append(s[m.start() :])
+            return "".join(out)
+        out.append(a.content)
+        pos = a.end
+
+
+def clean_answer(s: str | None) -> str | None:
+    """Strip math delimiters, markdown emphasis and trailing punctuation; None if nothing is left."""
+    if s is None:
+        return None
+    s = s.replace("\\$", "\x00")  # keep escaped dollars (currency) through delimiter removal
+    s = _MATH_DELIMS.sub(" ", s).replace("\x00", "\\$")
+    s = s.replace("**", "").replace("__", "")
+    s = s.strip().rstrip(".,;:!?").strip()
+    s = " ".join(s.split())
+    return s or None
+
+
+def find_anchor(text: str) -> tuple[bool, str | None]:
+    """(anchor found, final answer or None) for text that has already had its reasoning removed."""
+    lower = text.lower()
+    candidates = [
+        _last_box(text),
+        _last_tag(text, lower) if "<answer>" in lower else None,
+        _last_regex_anchor(text, _LINE_ANCHOR, "line", need_mathlike=False) if "answer" in lower else None,
+        _last_regex_anchor(text, _PHRASE_ANCHOR, "phrase", need_mathlike=True) if "answer" in lower else None,
+        _last_regex_anchor(text, _GSM8K_ANCHOR, "gsm8k", need_mathlike=True) if "####" in text else None,
+    ]
+    anchors = [a for a in candidates if a is not None]
+    if not anchors:
+        return False, None
+    last = max(anchors, key=lambda a: a.start)
+    if last.kind == "box":
+        # A box inside an "Answer:" line or "the answer is ..." sentence: the whole sentence is the answer,
+        # so "Answer: 3 or \boxed{4}" stays a hedge.
+        containers = [a for a in anchors if a.kind in ("line", "phrase", "gsm8k") and a.start < last.start < a.end]
+        if containers and last.content is not None:
+            inner = max(containers, key=lambda a: a.start)
+            return True, clean_answer(_unwrap_boxes(inner.content))
+        return True, clean_answer(_box_answer(text, last))
+    if last.content is None:
+        return True, None
+    return True, clean_answer(_unwrap_boxes(last.content))
+
+
+def extract_answer(text: str, unanchored_fallback: bool = False) -> str | None:
+    """The final answer of a completion under the policy above (the public `extract_final_answer`)."""
+    body = strip_think(text)
+    if body is None:
+        return None
+    found, answer = find_anchor(body)
+    if found or not unanchored_fallback:
+        return answer
+    numbers = _UNANCHORED_NUMBER.findall(body[-_MAX_SENTENCE:])
+    return numbers[-1].rstrip(",") if numbers else None
+
+
+_PROSE_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{3,}\b")
+
+
+def gold_answer(solution: str) -> str | None:
+    """The answer in a gold column: raw (`18`, `\\frac{1}{2}`), GSM8K (`... #### 18`) or MATH (`... \\boxed{..}`).
+
+    A gold without any anchor that reads like prose (a solution whose answer we cannot locate) gives None rather
+    than a sentence that sympy would happily turn into a product of symbols.
+    """
+    text = str(solution)
+    found, answer = find_anchor(text)
+    if found:
+        return answer
+    if len(_PROSE_WORD.findall(_MATH_DELIMS.sub(" ", text))) >= 4:
+        return None
+    return clean_answer(text)

@@ -1,0 +1,499 @@
+"""Verifier rewards for math answers that a policy cannot game.
+
+Public API (TRL reward-function signature: `completions` plus dataset columns as keyword arguments):
+
+- `math_reward(completions, **kwargs)`: 1.0 correct, 0.0 otherwise, None when the gold cannot be parsed.
+- `make_math_reward(...)`: the same with other options (timeout, workers, unanchored fallback for base models).
+- `math_format_reward` / `make_math_format_reward(...)`: a small format bonus (at most `FORMAT_REWARD_WEIGHT`).
+- `extract_final_answer(text)` and `answers_match(predicted, gold)` for direct use.
+- `close_math_workers()`: stop the verifier worker processes (also done at interpreter exit).
+
+>>> from reward_funcs import math_reward
+>>> math_reward([r"So the answer is $\\boxed{\\frac{1}{2}}$.", "Answer: 3 or 4"], answer=["0.5", "4"])
+[1.0, 0.0]
+
+The policy (what counts as the final answer, hedges, equivalence, time limits) is in docs/math_rewards.md.
+"""
+
+from __future__ import annotations
+
+import atexit
+import math
+import os
+import threading
+from collections import OrderedDict, defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+from . import _math_extract as _ex
+from . import _math_normalize as _nz
+from ._math_pool import _Task, _WorkerPool
+
+__all__ = [
+    "FORMAT_REWARD_WEIGHT",
+    "MathFormatReward",
+    "MathReward",
+    "answers_match",
+    "close_math_workers",
+    "extract_final_answer",
+    "make_math_format_reward",
+    "make_math_reward",
+    "math_format_reward",
+    "math_reward",
+]
+
+FORMAT_REWARD_WEIGHT = 0.1
+"""Default weight of the format reward. Weights must stay below 1.0 (a correct answer), so a well-formatted wrong
+answer always scores less than a correct one."""
+
+DEFAULT_TIMEOUT_S = 5.0
+DEFAULT_MEMORY_LIMIT_MB = 2048
+# Keyword arguments the trainer adds on its own; not dataset columns.
+_TRAINER_KWARGS = {"prompts", "completion_ids", "trainer_state", "log_extra", "log_metric", "environments"}
+_VERDICT_CACHE_SIZE = 100_000
+_CACHEABLE_CHARS = 200
+_MAX_ROUNDS = 4
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Worker pools (one per (workers, memory limit), per process)
+
+_POOLS: dict[tuple[int, int], _WorkerPool] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def _default_workers() -> int:
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(4, cores))
+
+
+def _get_pool(workers: int, mem_mb: int) -> _WorkerPool:
+    key = (workers, mem_mb)
+    with _POOLS_LOCK:
+        pool = _POOLS.get(key)
+        if pool is None or pool.pid != os.getpid():  # after a fork the parent's workers are not ours
+            pool = _WorkerPool(workers, mem_mb)
+            _POOLS[key] = pool
+        return pool
+
+
+def close_math_workers() -> None:
+    """Stop all verifier worker processes of this process (they restart on the next call).
+
+    >>> close_math_workers()
+    """
+    with _POOLS_LOCK:
+        pools = [p for p in _POOLS.values() if p.pid == os.getpid()]
+        _POOLS.clear()
+    for p in pools:
+        p.close()
+
+
+atexit.register(close_math_workers)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Prepared answers (gold prepared once per distinct gold string, i.e. once per group)
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    canon: str
+    values: tuple[str, ...]  # the stated values (several for lists, `\pm`, "or")
+    nested_pm: bool  # a `\pm` left inside a value (e.g. in a fraction): more than one value
+
+
+@lru_cache(maxsize=65536)
+def _prepare(answer: str | None) -> _Prepared | None:
+    canon = _nz.canonical(answer)
+    if canon is None:
+        return None
+    values = _nz.split_values(canon)
+    if not values:
+        return None
+    return _Prepared(canon, tuple(values), any(_nz.has_pm(v) for v in values))
+
+
+@lru_cache(maxsize=65536)
+def _prepare_gold(solution: str | None) -> _Prepared | None:
+    if solution is None:
+        return None
+    return _prepare(_ex.gold_answer(str(solution)))
+
+
+@lru_cache(maxsize=65536)
+def _exact(s: str):
+    return _nz.exact_value(s)
+
+
+@lru_cache(maxsize=65536)
+def _structure(s: str):
+    return _nz.exact_structure(s)
+
+
+@lru_cache(maxsize=65536)
+def _sides(value: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    names, values = _nz.equation_sides(value)
+    return tuple(_nz.compact(n) for n in names), tuple(values)
+
+
+def _gold_atoms(g: _Prepared) -> set[str]:
+    """Gold strings the symbolic worker must be able to parse (plain numbers never need it)."""
+    atoms = set()
+    for v in g.values:
+        names, vals = _sides(v)
+        targets = [v] if len(vals) != 1 else list(vals)
+        atoms.update(t for t in targets if _exact(t) is None and _structure(t) is None)
+    return atoms
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Comparison: a pure function of the two prepared answers and an oracle for atomic (pred value, gold value) pairs.
+
+
+class _Oracle:
+    """Answers atom comparisons from cheap checks or known verdicts; records the ones the workers must decide."""
+
+    def __init__(self, known: dict) -> None:
+        self.known = known
+        self.needed: set[tuple[str, str]] = set()
+
+    def __call__(self, p: str, g: str) -> bool:
+        if _nz.compact(p) == _nz.compact(g):
+            return True
+        pe, ge = _exact(p), _exact(g)
+        if pe is not None and ge is not None:
+            return pe == ge
+        ps, gs = _structure(p), _structure(g)
+        if ps is not None and gs is not None:  # intervals / tuples of plain numbers: no sympy needed either
+            return ps == gs
+        key = (p, g)
+        v = self.known.get(key)
+        if v is None:
+            v = _VERDICTS.get(key)
+        if v is None:
+            self.needed.add(key)
+            return False
+        return v
+
+
+def _compare(p: _Prepared, g: _Prepared, atom: Callable[[str, str], bool]) -> bool:
+    if _nz.compact(p.canon) == _nz.compact(g.canon):
+        return True
+    if len(p.values) != len(g.values) or (p.nested_pm and not g.nested_pm):
+        return False  # hedge: several candidates against fewer gold values (or the other way round)
+    if len(g.values) == 1:
+        return _value_match(p.values[0], g.values[0], atom)
+    # Unordered lists: every predicted value matches a distinct gold value.
+    table = [[_value_match(pv, gv, atom) for gv in g.values] for pv in p.values]
+    return _perfect_matching(table)
+
+
+def _value_match(p: str, g: str, atom: Callable[[str, str], bool]) -> bool:
+    if _nz.compact(p) == _nz.compact(g):
+        return True
+    if _nz.has_pm(p) and not _nz.has_pm(g):
+        return False
+    p_names, p_vals = _sides(p)
+    g_names, g_vals = _sides(g)
+    if len(g_vals) != 1:
+        # The gold is a genuine equation (or only names): compare whole equations, the prediction must be one too.
+        return len(p_vals) + len(p_names) > 1 and atom(p, g)
+    if g_names and p_names and not set(p_names) & set(g_names):
+        return False  # `y = ...` against gold `x = ...`
+    if not p_vals:
+        return False
+    # Every side that is not a bare name must equal the gold: `7 = 5` against 5 is a hedge, `x = 5` is fine.
+    verdicts = [atom(v, g_vals[0]) for v in p_vals]  # no short-circuit: collect all atoms in one round
+    return all(verdicts)
+
+
+def _perfect_matching(table: list[list[bool]]) -> bool:
+    n = len(table)
+    match_of_gold = [-1] * n
+
+    def augment(i: int, seen: list[bool]) -> bool:
+        for j in range(n):
+            if table[i][j] and not seen[j]:
+                seen[j] = True
+                if match_of_gold[j] < 0 or augment(match_of_gold[j], seen):
+                    match_of_gold[j] = i
+                    return True
+        return False
+
+    return all(augment(i, [False] * n) for i in range(n))
+
+
+class _VerdictCache:
+    """Bounded LRU of worker verdicts (timeouts are never cached: the next try may be luckier)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.data: OrderedDict = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, key):
+        with self.lock:
+            v = self.data.get(key)
+            if v is not None:
+                self.data.move_to_end(key)
+            return v
+
+    def put(self, key, value) -> None:
+        with self.lock:
+            self.data[key] = value
+            self.data.move_to_end(key)
+            while len(self.data) > self.size:
+                self.data.popitem(last=False)
+
+
+_VERDICTS = _VerdictCache(_VERDICT_CACHE_SIZE)
+_GOLD_STATUS = _VerdictCache(_VERDICT_CACHE_SIZE)  # gold atom -> parses with sympy?
+
+
+def _score_pairs(
+    pairs: Sequence[tuple[_Prepared | None, _Prepared | None]], timeout_s: float, workers: int, mem_mb: int
+) -> list[bool | None]:
+    """Verdict per (pred, gold) pair: True / False, None when the gold cannot be parsed."""
+    golds = {g for _, g in pairs if g is not None}
+    gold_atoms = {g: _gold_atoms(g) for g in golds}
+    known: dict[tuple[str, str], bool] = {}
+    status: dict[str, bool] = {}
+    for atoms in gold_atoms.values():
+        for a in atoms:
+            s = _GOLD_STATUS.get(a)
+            if s is not None:
+                status[a] = s
+
+    verdicts: list[bool] = [False] * len(pairs)
+    for _ in range(_MAX_ROUNDS):
+        oracle = _Oracle(known)
+        for i, (p, g) in enumerate(pairs):
+            if p is not None and g is not None:
+                verdicts[i] = _compare(p, g, oracle)
+        unknown_golds = {a for atoms in gold_atoms.values() for a in atoms if a not in status}
+        if not oracle.needed and not unknown_golds:
+            break
+        _resolve(oracle.needed, unknown_golds, known, status, timeout_s, workers, mem_mb)
+
+    out: list[bool | None] = []
+    for (p, g), v in zip(pairs, verdicts, strict=True):
+        if g is None or any(status.get(a) is False for a in gold_atoms[g]):
+            out.append(None)
+        else:
+            out.append(bool(v) if p is not None else False)
+    return out
+
+
+def _resolve(needed, unknown_golds, known, status, timeout_s, workers, mem_mb) -> None:
+    by_gold: dict[str, list] = defaultdict(list)
+    for p, g in sorted(needed):
+        by_gold[g].append(p)
+    for g in unknown_golds:
+        by_gold.setdefault(g, [])
+    pool = _get_pool(workers, mem_mb)
+    # Spread big groups over the workers (each worker parses the gold once for its share).
+    total = sum(len(v) for v in by_gold.values())
+    chunk = max(1, math.ceil(total / pool.n))
+    tasks, keys = [], {}
+    for g, preds in by_gold.items():
+        if not preds:
+            tasks.append(_Task(g, []))
+        for k in range(0, len(preds), chunk):
+            items = []
+            for p in preds[k : k + chunk]:
+                key = f"{len(keys)}"
+                keys[key] = (p, g)
+                items.append((key, p))
+            tasks.append(_Task(g, items))
+    res = pool.run(tasks, timeout_s)
+    for g, ok in res.gold_ok.items():
+        status[g] = ok
+        _GOLD_STATUS.put(g, ok)
+    for key, (p, g) in keys.items():
+        v = res.verdicts.get(key)
+        if v in ("T", "F"):
+            known[(p, g)] = v == "T"
+            if len(p) + len(g) <= _CACHEABLE_CHARS:  # bound the cache's memory, not just its length
+                _VERDICTS.put((p, g), v == "T")
+        else:
+            known[(p, g)] = False  # timed out, crashed, or gold unparseable: no credit
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Public API
+
+
+def extract_final_answer(text: str) -> str | None:
+    """The final answer of a completion: the content of its last anchored answer, or None.
+
+    Anchors: `\\boxed{}`/`\\fbox{}`, `<answer>...</answer>`, `#### N`, an `Answer:` line, "the answer is X".
+    Reasoning inside `<think>...</think>` is ignored; an unclosed `<think>` or box gives None.
+
+    >>> extract_final_answer(r"<think>maybe \\boxed{2}</think> So \\boxed{3}. Wait, no: \\boxed{4}")
+    '4'
+    >>> extract_final_answer("The sum is 12.") is None
+    True
+    """
+    return _ex.extract_answer(_ex.completion_text(text))
+
+
+def answers_match(
+    predicted: str | None,
+    gold: str,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    *,
+    workers: int | None = None,
+) -> bool:
+    """Whether an extracted answer equals the gold under the policy (exact, hedges lose; see docs/math_rewards.md).
+
+    `gold` may be raw (`18`), a GSM8K solution (`... #### 18`) or a MATH solution with `\\boxed{}`. Symbolic work
+    runs in a worker process killed after `timeout_s` seconds, so this returns within the limit from any thread.
+
+    >>> answers_match("1,000", "1000"), answers_match("3 or 4", "4"), answers_match(r"\\frac{2}{4}", "0.5")
+    (True, False, True)
+    """
+    pred = _prepare(_ex.clean_answer(predicted)) if predicted is not None else None
+    g = _prepare_gold(str(gold))
+    verdict = _score_pairs([(pred, g)], timeout_s, workers or _default_workers(), DEFAULT_MEMORY_LIMIT_MB)[0]
+    return bool(verdict)
+
+
+class MathReward:
+    """Correctness reward for math answers (TRL reward-function signature). Build it with `make_math_reward`."""
+
+    def __init__(
+        self,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        workers: int | None = None,
+        unanchored_fallback: bool = False,
+        memory_limit_mb: int = DEFAULT_MEMORY_LIMIT_MB,
+        name: str = "math_reward",
+    ) -> None:
+        if not timeout_s > 0:
+            raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+        self.timeout_s = float(timeout_s)
+        self.workers = int(workers) if workers else _default_workers()
+        self.unanchored_fallback = bool(unanchored_fallback)
+        self.memory_limit_mb = int(memory_limit_mb)
+        self.__name__ = name  # TRL names the reward metric after this
+
+    def __repr__(self) -> str:
+        return (
+            f"MathReward(timeout_s={self.timeout_s}, workers={self.workers}, "
+            f"unanchored_fallback={self.unanchored_fallback}, name={self.__name__!r})"
+        )
+
+    def __call__(self, completions: Sequence, **kwargs) -> list[float | None]:
+        golds = _gold_column(kwargs)
+        if len(golds) != len(completions):
+            raise ValueError(f"got {len(completions)} completions but {len(golds)} gold answers")
+        answers = [
+            _ex.extract_answer(_ex.completion_text(c), unanchored_fallback=self.unanchored_fallback)
+            for c in completions
+        ]
+        pairs = [(_prepare(a) if a is not None else None, _prepare_gold(None if g is None else str(g))) for a, g in zip(answers, golds, strict=True)]
+        verdicts = _score_pairs(pairs, self.timeout_s, self.workers, self.memory_limit_mb)
+        log_extra = kwargs.get("log_extra")
+        if callable(log_extra):
+            log_extra("math_answer", ["" if a is None else a for a in answers])
+        return [None if v is None else float(v) for v in verdicts]
+
+
+def _gold_column(kwargs: dict) -> list:
+    for column in ("answer", "solution"):
+        if kwargs.get(column) is not None:
+            return list(kwargs[column])
+    present = sorted(k for k in kwargs if k not in _TRAINER_KWARGS)
+    raise ValueError(
+        "math_reward needs the gold answer in an `answer` or `solution` dataset column; "
+        f"columns present: {present if present else 'none'}"
+    )
+
+
+def make_math_reward(
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    workers: int | None = None,
+    unanchored_fallback: bool = False,
+    memory_limit_mb: int = DEFAULT_MEMORY_LIMIT_MB,
+    name: str = "math_reward",
+) -> MathReward:
+    """A `math_reward` with other options.
+
+    - `timeout_s`: hard wall-clock limit per symbolic comparison (the worker is killed; the answer scores 0).
+    - `workers`: worker processes for symbolic comparisons (default: cores, at most 4).
+    - `unanchored_fallback`: with no anchored answer, use the last number in the text (for base models only; it
+      rewards a number that merely appears, so it is off by default).
+    - `memory_limit_mb`: address-space limit of each worker (0: none).
+
+    >>> reward = make_math_reward(unanchored_fallback=True, name="math_reward_base")
+    >>> reward(["3 + 4 = 7"], answer=["7"]), reward.__name__
+    ([1.0], 'math_reward_base')
+    """
+    return MathReward(
+        timeout_s=timeout_s,
+        workers=workers,
+        unanchored_fallback=unanchored_fallback,
+        memory_limit_mb=memory_limit_mb,
+        name=name,
+    )
+
+
+class MathFormatReward:
+    """`weight` if the completion is `<think>...</think>` followed by an anchored answer, else 0.0.
+
+    Build it with `make_math_format_reward`. The weight must be below 1.0, the reward of a correct answer, so that
+    format can never outweigh correctness when both rewards are summed.
+    """
+
+    def __init__(self, *, weight: float = FORMAT_REWARD_WEIGHT, require_think: bool = True, name: str = "") -> None:
+        if not 0.0 <= weight < 1.0:
+            raise ValueError(f"weight must be in [0, 1) so that format cannot outweigh correctness, got {weight}")
+        self.weight = float(weight)
+        self.require_think = bool(require_think)
+        self.__name__ = name or "math_format_reward"
+
+    def __repr__(self) -> str:
+        return f"MathFormatReward(weight={self.weight}, require_think={self.require_think}, name={self.__name__!r})"
+
+    def __call__(self, completions: Sequence, **kwargs) -> list[float]:
+        return [self.weight if self._well_formatted(_ex.completion_text(c)) else 0.0 for c in completions]
+
+    def _well_formatted(self, text: str) -> bool:
+        lower = text.lower()
+        if self.require_think:
+            opens, closes = lower.count("<think>"), lower.count("</think>")
+            # One reasoning block at the start; the opening tag may live in the prompt (chat templates).
+            if closes != 1 or opens > 1:
+                return False
+            if opens == 1 and not (lower.lstrip().startswith("<think>") and lower.index("<think>") < lower.index("</think>")):
+                return False
+            after = text[lower.index("</think>") + len("</think>") :]
+        else:
+            after = _ex.strip_think(text)
+            if after is None:
+                return False
+        found, answer = _ex.find_anchor(after)
+        return found and answer is not None
+
+
+def make_math_format_reward(
+    *, weight: float = FORMAT_REWARD_WEIGHT, require_think: bool = True, name: str = ""
+) -> MathFormatReward:
+    """A format reward worth `weight` (< 1.0) for `<think>...</think>` then an anchored answer.
+
+    >>> fmt = make_math_format_reward()
+    >>> fmt(["<think>2+2</think>\\nThe answer is $\\boxed{4}$.", "4"])
+    [0.1, 0.0]
+    """
+    return MathFormatReward(weight=weight, require_think=require_think, name=name)
+
+
+math_reward = MathReward()
+math_format_reward = MathFormatReward()

@@ -1,0 +1,250 @@
+"""Writes math_cases.jsonl: the labelled corpus for tests/test_math_rewards.py (edit here, then re-run this file).
+
+Each case: id, section (anchor-/gold-/hedge-/equiv-), completion (plain or conversational), gold, the dataset column
+it goes in, the expected reward (1.0, 0.0, or None for an unparseable gold) and a note.
+"""
+
+import json
+from pathlib import Path
+
+cases = []
+
+
+def add(section, completion, gold, expected, note, conv=False, column="answer"):
+    cases.append(
+        dict(
+            id=f"{section}{len([c for c in cases if c['section'] == section]) + 1:02d}",
+            section=section,
+            completion=[{"role": "assistant", "content": completion}] if conv else completion,
+            gold=gold,
+            column=column,
+            expected=expected,
+            note=note,
+        )
+    )
+
+
+# ---- anchors: what counts as the final answer (policy 1)
+A = "anchor-"
+add(A, r"We add them. The total is $\boxed{18}$.", "18", 1.0, "boxed")
+add(A, r"Total: \fbox{18}", "18", 1.0, "fbox")
+add(
+    A,
+    r"First guess \boxed{17}. Wait, I made an error; recomputing gives \boxed{18}.",
+    "18",
+    1.0,
+    "self-correction: last box wins",
+)
+add(
+    A,
+    r"First guess \boxed{18}. Wait, I made an error; recomputing gives \boxed{17}.",
+    "18",
+    0.0,
+    "self-correction away from gold: last box wins",
+)
+add(A, r"So we get \boxed{18", "18", 0.0, "unclosed box is no answer")
+add(
+    A,
+    r"Earlier \boxed{18}. Now the final one is \boxed{1",
+    "18",
+    0.0,
+    "a later unclosed box is the last anchor: no answer",
+)
+add(A, "<answer>18</answer>", "18", 1.0, "answer tag")
+add(A, "<answer>18", "18", 0.0, "unclosed answer tag")
+add(A, r"<answer>It is \boxed{17}... no, \boxed{18}</answer>", "18", 1.0, "box inside answer tag")
+add(A, "Natalia sold 48/2 = 24 clips in May.\n48 + 24 = 72\n#### 72", "72", 1.0, "GSM8K #### line")
+add(A, "Reasoning...\nAnswer: 72", "72", 1.0, "Answer: line")
+add(A, "Reasoning...\n**Final Answer:** 72", "72", 1.0, "markdown Final Answer line")
+add(A, "Reasoning...\n**Answer**: $72$", "72", 1.0, "markdown bold label, colon outside")
+add(A, "Reasoning...\nFinal Answer:\n72", "72", 1.0, "Final Answer: with the value on the next line")
+add(A, "So the answer is 72.", "72", 1.0, "the answer is X")
+add(A, "Therefore, the final answer is $72$. I hope it is correct.", "72", 1.0, "Minerva template")
+add(
+    A, "Final Answer: The final answer is $\\frac{3}{4}$. I hope it is correct.", "\\frac34", 1.0, "Minerva with label"
+)
+add(A, "She has 72 apples in total.", "72", 0.0, "no anchor: a number that merely appears gets nothing")
+add(
+    A, "The numbers 72 and 5 appear here but nothing is stated as the answer.", "72", 0.0, "unanchored mention of gold"
+)
+add(A, r"<think>It could be \boxed{72}.</think>", "72", 0.0, "box only inside think does not count")
+add(A, r"<think>It could be \boxed{70}.</think> The answer is \boxed{72}.", "72", 1.0, "answer after think")
+add(
+    A,
+    r"<think>It could be \boxed{72}.</think> The answer is \boxed{70}.",
+    "72",
+    0.0,
+    "gold inside think, wrong answer after",
+)
+add(A, r"<think>Let me compute. The answer is \boxed{72}", "72", 0.0, "unclosed think gets 0")
+add(A, r"Let me compute 70+2.</think> So \boxed{72}.", "72", 1.0, "opening think tag in the prompt (chat template)")
+add(A, r"\boxed{72} <think>on second thought", "72", 0.0, "unclosed think after the answer")
+add(A, r"The answer is \boxed 72", "72", 1.0, "\\boxed without braces")
+add(A, "Answer: 72\nAnswer: 73", "72", 0.0, "last Answer: line wins")
+add(
+    A,
+    r"\boxed{72}. Let me double check that the answer is right. Yes.",
+    "72",
+    1.0,
+    "'the answer is right' is not an answer",
+)
+add(A, "#### Step 1\nWe compute.\n#### 72", "72", 1.0, "markdown heading is not a #### answer")
+add(A, r"\boxed{72}", "72", 1.0, "conversational completion", conv=True)
+add(A, r"Answer: 72", "72", 1.0, "conversational Answer line", conv=True)
+add(A, r"<think>maybe 70</think>\nThe answer is $\boxed{72}$", "72", 1.0, "conversational with think", conv=True)
+add(A, r"\boxed{}", "72", 0.0, "empty box")
+
+# ---- gold formats (policy 2)
+G = "gold-"
+add(G, r"\boxed{18}", "Janet sells 16 - 3 - 4 = 9 eggs.\nShe makes 9 * 2 = $18.\n#### 18", 1.0, "GSM8K solution gold")
+add(
+    G,
+    r"\boxed{19}",
+    "Janet sells 16 - 3 - 4 = 9 eggs.\nShe makes 9 * 2 = $18.\n#### 18",
+    0.0,
+    "GSM8K solution gold, wrong",
+)
+add(
+    G,
+    r"\boxed{\frac{1}{2}}",
+    r"The probability is $\frac{3}{6} = \boxed{\frac{1}{2}}$.",
+    1.0,
+    "MATH solution gold",
+    column="solution",
+)
+add(
+    G,
+    r"\boxed{0.5}",
+    r"The probability is $\frac{3}{6} = \boxed{\frac{1}{2}}$.",
+    1.0,
+    "MATH gold, decimal prediction",
+    column="solution",
+)
+add(
+    G,
+    r"\boxed{\frac{1}{3}}",
+    r"The probability is $\frac{3}{6} = \boxed{\frac{1}{2}}$.",
+    0.0,
+    "MATH gold, wrong",
+    column="solution",
+)
+add(G, r"\boxed{\frac12}", r"\frac{1}{2}", 1.0, "raw LaTeX gold")
+add(G, r"\boxed{18}", "18", 1.0, "raw integer gold")
+add(G, r"\boxed{18}", "$18$", 1.0, "raw gold in dollars-math")
+add(
+    G,
+    r"\boxed{(-\infty, 3]}",
+    r"Solving gives $x \le 3$, so the answer is $\boxed{(-\infty,3]}$.",
+    1.0,
+    "MATH interval gold",
+    column="solution",
+)
+add(G, r"\boxed{18}", "", None, "empty gold is unparseable -> None")
+add(G, r"\boxed{18}", r"\boxed{18", None, "gold with an unclosed box -> None")
+add(G, r"\boxed{18}", r"\frac{1}{", None, "gold that sympy cannot parse -> None")
+add(G, r"\boxed{6}", "We multiply the two numbers and then add the remainder to get six.", None, "prose gold without an anchor -> None", column="solution")
+add(G, r"\boxed{6}", r"\text{six apples}", 0.0, "short text gold is still a gold")
+add(
+    G, r"\boxed{5}", "The total is $5$ so we write \\boxed{5} and also $\\boxed{5}$.", 1.0, "gold with two equal boxes"
+)
+add(
+    G,
+    r"\boxed{2, 3}",
+    "The roots are $\\boxed{2}$ and $\\boxed{3}$.",
+    1.0,
+    "gold listing two boxed roots",
+    column="solution",
+)
+
+# ---- hedges and adversarial answers (policy 3 + 4 negatives): zero false positives allowed
+H = "hedge-"
+add(H, "Answer: 3 or 4", "4", 0.0, "disjunction")
+add(H, r"The answer is $3$ or $4$.", "4", 0.0, "disjunction in math mode")
+add(H, r"\boxed{3 \text{ or } 4}", "4", 0.0, "\\text{or} in a box")
+add(H, r"\boxed{3 \lor 4}", "4", 0.0, "\\lor in a box")
+add(H, r"\boxed{3} or \boxed{4}", "4", 0.0, "two boxes joined by or")
+add(H, r"\boxed{3}\boxed{4}", "4", 0.0, "two adjacent boxes")
+add(H, r"$\boxed{3}$, $\boxed{4}$", "4", 0.0, "two boxes separated by a comma")
+add(H, r"Answer: 3 or \boxed{4}", "4", 0.0, "box inside a hedged Answer line")
+add(H, r"\boxed{\pm 3}", "3", 0.0, "\\pm against a single value")
+add(H, r"\boxed{x = \pm 3}", "3", 0.0, "x = \\pm 3 against a single value")
+add(H, r"\boxed{3, 4}", "4", 0.0, "list against a single value")
+add(H, r"\boxed{\{3, 4\}}", "4", 0.0, "set against a single value")
+add(H, r"\boxed{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}", "4", 0.0, "enumeration")
+add(H, r"\boxed{x = 3 \text{ or } x = 4}", "4", 0.0, "disjunction of equations")
+add(H, r"\boxed{7 = 5}", "5", 0.0, "equation whose sides disagree")
+add(H, r"\boxed{4 = 5}", "4", 0.0, "equation whose sides disagree (gold on the left)")
+add(H, r"\boxed{x = 5 = 6}", "5", 0.0, "chain that disagrees")
+add(H, r"\boxed{3.14}", r"\pi", 0.0, "decimal approximation of pi")
+add(H, r"\boxed{3.141592653589793}", r"\pi", 0.0, "16-digit approximation of pi")
+add(H, r"\boxed{1.4142}", r"\sqrt{2}", 0.0, "decimal approximation of a surd")
+add(H, r"\boxed{0.333333}", r"\frac{1}{3}", 0.0, "rounded fraction")
+add(H, r"\boxed{100001}", "100000", 0.0, "relative tolerance must not apply")
+add(H, r"\boxed{0.5}", r"50\%", 0.0, "no x100 percent leniency")
+add(H, r"\boxed{5000}", r"50\%", 0.0, "no /100 percent leniency")
+add(H, r"\boxed{\frac{1}{2^{99}}}", r"\frac{1}{2^{98}}", 0.0, "tiny values are compared exactly")
+add(H, r"\boxed{0.0009}", "0.0001", 0.0, "small decimals are not collapsed")
+add(H, r"\boxed{10^{-11}}", "10^{-10}", 0.0, "small powers of ten")
+add(H, r"\boxed{[1, 2]}", "[1, 2)", 0.0, "interval brackets matter")
+add(H, r"\boxed{(2, 1)}", "(1, 2)", 0.0, "tuple order matters")
+add(H, r"\boxed{(\sqrt{2}, 3)}", r"(\sqrt{2}, 3]", 0.0, "symbolic interval: brackets matter")
+add(H, r"\boxed{(\pi, 2)}", r"(2, \pi)", 0.0, "symbolic tuple: order matters")
+add(H, r"\boxed{(1, 2, 3)}", "(1, 2)", 0.0, "tuple length matters")
+add(H, r"\boxed{x}", "4", 0.0, "a bare variable")
+add(H, r"\boxed{\text{the correct answer}}", "4", 0.0, "words")
+add(H, "Answer: correct", "4", 0.0, "prompt-injection style answer")
+add(H, r"\boxed{__import__('os').system('touch /tmp/rf_math_pwned')}", "0", 0.0, "code is never evaluated")
+add(H, r"\boxed{4} is what a careless solver writes; the answer is 5.", "4", 0.0, "a later 'the answer is' overrides")
+add(H, r"\boxed{1,2}", "12", 0.0, "comma is not a thousands separator unless it groups three digits")
+add(H, r"\boxed{5} apples, or maybe \boxed{6}", "5", 0.0, "hedge with words between boxes falls back to the last box")
+add(H, r"<answer>3</answer> <answer>4</answer>", "3", 0.0, "last answer tag wins")
+add(H, r"\boxed{4}", "4.5", 0.0, "integer vs decimal gold")
+add(H, r"\boxed{-4}", "4", 0.0, "sign matters")
+add(H, r"\boxed{2x+2}", "2x+1", 0.0, "different expression")
+add(H, r"\boxed{x^2 - 1 = 0}", "x^2+1=0", 0.0, "different equation")
+
+# ---- equivalence positives (policy 4)
+E = "equiv-"
+add(E, r"\boxed{1,000}", "1000", 1.0, "thousands separator")
+add(E, r"\boxed{1{,}000{,}000}", "1000000", 1.0, "LaTeX thousands separator")
+add(E, "Answer: $1,234.50", "1234.5", 1.0, "currency, separator, trailing zero")
+add(E, r"\boxed{\$18.00}", "18", 1.0, "escaped dollar")
+add(E, "The answer is 18 dollars.", "18", 1.0, "unit word")
+add(E, r"\boxed{5\text{ cm}^2}", "5", 1.0, "LaTeX unit with exponent")
+add(E, r"\boxed{45^\circ}", "45", 1.0, "degree sign")
+add(E, r"\boxed{45°}", r"45^{\circ}", 1.0, "unicode degree sign")
+add(E, r"\boxed{50\%}", "50", 1.0, "percent sign")
+add(E, r"\boxed{50}", r"50\%", 1.0, "percent sign in gold")
+add(E, r"\boxed{\frac{2}{4}}", "0.5", 1.0, "fraction vs decimal")
+add(E, r"\boxed{\dfrac{1}{2}}", r"\frac12", 1.0, "dfrac and short frac")
+add(E, r"\boxed{-\frac{1}{2}}", r"\frac{-1}{2}", 1.0, "sign placement")
+add(E, r"\boxed{2\sqrt{2}}", r"\sqrt{8}", 1.0, "surd simplification")
+add(E, r"\boxed{\frac{\sqrt{2}}{2}}", r"\frac{1}{\sqrt{2}}", 1.0, "rationalised denominator")
+add(E, r"\boxed{x = 5}", "5", 1.0, "variable assignment")
+add(E, r"\boxed{5 = 4 + 1}", "5", 1.0, "equation whose sides agree")
+add(E, r"\boxed{y = 3 + 2x}", "y = 2x + 3", 1.0, "equation gold, reordered")
+add(E, r"\boxed{x^2+y^2=1}", "y^2 + x^2 = 1", 1.0, "genuine equation")
+add(E, r"\boxed{\left(-\infty, 3\right]}", "(-\\infty, 3]", 1.0, "interval with \\left/\\right")
+add(E, r"\boxed{(1,2)}", "(1, 2)", 1.0, "tuple spacing")
+add(E, r"\boxed{\left[\frac{\pi}{2}, \pi\right)}", r"[\pi/2, \pi)", 1.0, "symbolic interval")
+add(E, r"\boxed{(0.5, -\infty)}", r"(\frac{1}{2}, -\infty)", 1.0, "numeric tuple with infinity")
+add(E, r"\boxed{3, 1, 2}", "1, 2, 3", 1.0, "unordered list of solutions")
+add(E, r"\boxed{x = 3 \text{ or } x = -3}", r"\pm 3", 1.0, "disjunction against a \\pm gold")
+add(E, r"\boxed{\pm 3}", "3, -3", 1.0, "\\pm against a list gold")
+add(E, r"\boxed{1.5 \times 10^{-3}}", "0.0015", 1.0, "scientific notation")
+add(E, r"\boxed{2^{10}}", "1024", 1.0, "power")
+add(E, r"\boxed{\pi/4}", r"\frac{\pi}{4}", 1.0, "pi over four")
+add(E, r"\boxed{\begin{pmatrix} 1 \\ 2 \end{pmatrix}}", r"\begin{pmatrix}1\\2\end{pmatrix}", 1.0, "matrix")
+add(E, r"\boxed{\frac{4}{6}}", r"\frac23", 1.0, "unreduced fraction")
+add(E, r"\boxed{2x+1}", "1+2x", 1.0, "commuted polynomial")
+add(E, r"\boxed{\text{(B)}}", "B", 1.0, "choice letter")
+add(E, r"\boxed{\frac{1}{2^{98}}}", r"2^{-98}", 1.0, "tiny values equal")
+add(E, r"\boxed{0.1}", r"\frac{1}{10}", 1.0, "0.1 is exactly 1/10")
+add(E, r"\boxed{.5}", "1/2", 1.0, "leading dot")
+add(E, r"\boxed{\sqrt{3}/2}", r"\frac{\sqrt 3}{2}", 1.0, "spaced \\sqrt")
+add(E, r"\boxed{\text{Monday}}", r"\text{Monday}", 1.0, "text answer")
+
+with open(Path(__file__).with_name("math_cases.jsonl"), "w") as f:
+    for c in cases:
+        f.write(json.dumps(c, ensure_ascii=False) + "\n")
+print(len(cases), {s: sum(c["section"] == s for c in cases) for s in (A, G, H, E)})
