@@ -155,7 +155,8 @@ def _prctl(option: int, arg: int = 0) -> int:
 
 
 def _mount(src: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
-    enc = (lambda s: None if s is None else s.encode())
+    def enc(s):
+        return (None if s is None else s.encode())
     if _libc.mount(enc(src), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"mount {target}: {os.strerror(err)}")
@@ -597,6 +598,9 @@ def _drop_capabilities() -> None:
         raise OSError(ctypes.get_errno(), "capset")
 
 
+_MEMORY_LOADING = b'{"k":-1,"o":"memory","d":"MemoryError while loading"}\n'
+
+
 def _report(fd: int, rec: dict) -> None:
     try:
         _write_all(fd, (json.dumps(rec, separators=(",", ":")) + "\n").encode())
@@ -622,19 +626,26 @@ def _candidate_calls(spec: dict, start: int, rep: int) -> None:
     import builtins
 
     g: dict = {"__name__": "__main__", "__builtins__": builtins}
+    failure = None
     try:
         exec(compile(spec["code"], "<solution>", "exec"), g)
         for src in spec.get("setup", ()):
             exec(compile(src, "<test>", "exec"), g)
     except MemoryError:
-        _report(rep, {"k": -1, "o": "memory", "d": "MemoryError while loading"})
-        os._exit(0)
+        failure = "memory"  # reported below, once the traceback (and the memory it pins) is gone
     except BaseException as exc:  # SystemExit included: leaving early is not a pass
-        _report(rep, {"k": -1, "o": "error", "d": _describe(exc)})
+        failure = _describe(exc)
+    if failure is not None:
+        g.clear()
+        if failure == "memory":
+            _write_all(rep, _MEMORY_LOADING)
+        else:
+            _report(rep, {"k": -1, "o": "error", "d": failure})
         os._exit(0)
     _report(rep, {"k": -1, "o": "loaded"})
     for k in range(start, len(spec["cases"])):
         case = spec["cases"][k]
+        rec = None
         try:
             if "expr" in case:
                 for name, enc in case.get("bind", {}).items():
@@ -645,10 +656,14 @@ def _candidate_calls(spec: dict, start: int, rep: int) -> None:
             else:
                 value = _resolve_callable(g, case["fn"])(*decode_value(case["args"]))
             rec = {"k": k, "o": "ok", "v": encode_value(value)}
+            value = None
         except MemoryError:
-            rec = {"k": k, "o": "memory", "d": "MemoryError"}
+            pass
         except BaseException as exc:
             rec = {"k": k, "o": "error", "d": _describe(exc)}
+        if rec is None:
+            value = None
+            rec = {"k": k, "o": "memory", "d": "MemoryError"}
         _report(rep, rec)
     os._exit(0)  # skip atexit handlers and non-daemon threads: every result is already reported
 
@@ -664,15 +679,19 @@ def _candidate_stdio(code: str) -> None:
 
     g: dict = {"__name__": "__main__", "__builtins__": builtins}
     status = 0
+    memory = False
     try:
         exec(compile(code, "<solution>", "exec"), g)
     except SystemExit as exc:
         status = 0 if exc.code is None or exc.code == 0 else 1
     except MemoryError:
-        os.write(3, b"memory\n")
-        status = 1
+        memory = True
     except BaseException as exc:
         os.write(3, f"error {type(exc).__name__}\n".encode())
+        status = 1
+    if memory:  # outside the except block: the traceback no longer pins the memory
+        g.clear()
+        os.write(3, b"memory\n")
         status = 1
     # Behave like a normal interpreter exit: join non-daemon threads, run atexit handlers, flush.
     try:

@@ -150,7 +150,8 @@ def _parse_tests(tests: Any) -> tuple[str, Any]:
     fn = tests.get("fn_name")
     if fn:
         return "call", (str(fn), [i if isinstance(i, list) else [i] for i in inputs], outputs)
-    as_text = (lambda v: "\n".join(map(str, v)) + "\n" if isinstance(v, list) else str(v))
+    def as_text(v):
+        return ("\n".join(map(str, v)) + "\n" if isinstance(v, list) else str(v))
     return "stdio", ([as_text(i) for i in inputs], [as_text(o) for o in outputs])
 
 
