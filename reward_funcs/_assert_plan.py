@@ -125,7 +125,9 @@ class _Splitter:
     def refs_candidate(self, node: ast.AST) -> bool:
         return bool(_used_names(node) & self.candidate)
 
-    def probe_ok(self, node: ast.AST) -> bool:
+    def probe_ok(self, node: ast.AST, allow_constants: bool = False) -> bool:
+        """May ``node`` be evaluated in the candidate process? ``allow_constants`` is used for comprehensions,
+        whose constants are almost always inputs (``range(3)``); comparisons are never allowed."""
         if isinstance(node, _NEVER_PROBE) or (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not)):
             return False
         local = _local_names(node)
@@ -139,7 +141,7 @@ class _Splitter:
                 if not in_args:
                     ok = False
                     return
-            if isinstance(n, ast.Constant) and not in_args:
+            if isinstance(n, ast.Constant) and not in_args and not allow_constants:
                 ok = False
                 return
             if isinstance(n, ast.Name) and not in_args and n.id in self.test_vars and n.id not in local:
@@ -159,10 +161,16 @@ class _Splitter:
     def split(self, node: ast.expr) -> ast.expr:
         if not self.refs_candidate(node):
             return node
-        if self.probe_ok(node) or isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp,
-                                                    ast.GeneratorExp, ast.NamedExpr, ast.Await)):
+        if self.probe_ok(node):
             self.probes.append(node)
             return ast.Name(id=f"__p{len(self.probes) - 1}__", ctx=ast.Load())
+        if isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.NamedExpr,
+                             ast.Await)):
+            if self.probe_ok(node, allow_constants=True):
+                self.probes.append(node)
+                return ast.Name(id=f"__p{len(self.probes) - 1}__", ctx=ast.Load())
+            # Its comparisons would have to run next to the candidate's objects (all(f(i) == i for i in ...)).
+            raise UnsupportedTests(f"cannot split {ast.unparse(node)!r}: compare outside comprehensions/lambdas")
         for fname, value in ast.iter_fields(node):
             if isinstance(value, ast.expr):
                 setattr(node, fname, self.split(value))
@@ -249,6 +257,12 @@ def plan_asserts(tests: str, entry_point: str | None = None) -> AssertPlan:
         raise UnsupportedTests("no top-level assert statement found")
     implicit = [ast.parse(f"import {m}").body[0] for m in sorted(implicit_imports)]
     splitter = _Splitter(candidate, bound - imports - implicit_imports)
+    for st, dep in setup:
+        # Test statements that use the solution run in its process: allow only plain `name = <probe-like expr>`
+        # (or a bare call), so no expected value or comparison is evaluated where the candidate can reach it.
+        value = st.value if isinstance(st, (ast.Assign, ast.Expr)) else None
+        if dep and (value is None or not (splitter.probe_ok(value) or isinstance(value, ast.Name))):
+            raise UnsupportedTests(f"test statement {ast.unparse(st)[:80]!r} mixes the solution with test values")
     checks = []
     for st in asserts:
         first = len(splitter.probes)

@@ -576,11 +576,6 @@ def _become_candidate(sup: _Supervisor, stdin_fd: int, stdout_fd: int, report_w:
         raise OSError("no_new_privs")
     if sup.backend in ("root", "user"):
         os.chdir(sup.spec["scratch"])
-        for mod in sup.spec.get("preimport", ()):  # stdlib behind a directory the sandbox uid cannot traverse
-            try:
-                __import__(mod)
-            except Exception:
-                pass
     os.environ.clear()
     os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": os.getcwd(),
                        "TMPDIR": os.getcwd(), "OMP_NUM_THREADS": "1"})
@@ -721,6 +716,11 @@ def main(argv: list[str]) -> int:
         sup.build_root()
     else:
         _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+        for mod in spec.get("preimport", ()):  # stdlib behind a directory the sandbox uid cannot traverse
+            try:
+                __import__(mod)
+            except Exception:
+                pass
     if spec["mode"] == "stdio":
         sup.run_stdio()
     elif spec["mode"] == "calls":

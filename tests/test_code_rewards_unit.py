@@ -200,12 +200,29 @@ def test_plan_lifts_humaneval_check_function():
         plan_asserts(tests)
 
 
+def test_plan_allows_plain_candidate_assignments_and_comprehension_probes():
+    plan = plan_asserts("candidate = f\nres = candidate(3)\nassert res == 9\nassert [f(i) for i in range(3)] == [0, 2, 4]")
+    assert plan.probes == ("res", "[f(i) for i in range(3)]")
+    assert plan.child_setup == ("candidate = f", "res = candidate(3)")
+
+
 def test_plan_imports_stdlib_modules_used_by_tests():
     plan = plan_asserts("assert math.isclose(area(1), 3.14159, rel_tol=1e-3)")
     assert plan.oracle_setup == ("import math",) and plan.probes == ("area(1)",)
 
 
-@pytest.mark.parametrize("tests", ["for i in range(3):\n    assert f(i) == i", "x = 1", "def t():\n    assert f(1)", "assert ("])
+@pytest.mark.parametrize(
+    "tests",
+    [
+        "for i in range(3):\n    assert f(i) == i",
+        "x = 1",
+        "def t():\n    assert f(1)",
+        "assert (",
+        "assert all(f(i) == 2 * i for i in range(3))",  # the comparison would run beside the candidate's objects
+        "def helper(x):\n    return f(x) == 3\nassert helper(1)",
+        "ok = f(1) == 2\nassert ok",
+    ],
+)
 def test_plan_rejects_unsupported(tests):
     with pytest.raises(UnsupportedTests):
         plan_asserts(tests)
