@@ -449,7 +449,11 @@ class CodeReward:
         code = extract_code(_completion_text(completion))
         if code is None:
             return 0.0
-        report = _run(code, kind, spec, self.settings, not self.partial_credit, entry_point)
+        try:
+            report = _run(code, kind, spec, self.settings, not self.partial_credit, entry_point)
+        except (RuntimeError, OSError) as exc:  # sandbox infrastructure failure: no verdict rather than a wrong one
+            self._warn(f"sandbox failure: {exc}", prefix="no verdict, reward None")
+            return None
         if report.total == 0:
             return None
         return report.fraction if self.partial_credit else float(report.all_passed)
@@ -474,10 +478,10 @@ class CodeReward:
                                strict=True))
         return [results[first[key]] for key in keys]
 
-    def _warn(self, message: str) -> None:
+    def _warn(self, message: str, prefix: str = "unusable tests, reward None") -> None:
         if message not in self._warned:
             self._warned.add(message)
-            warnings.warn(f"{self.__name__}: unusable tests, reward None: {message}", RuntimeWarning, stacklevel=3)
+            warnings.warn(f"{self.__name__}: {prefix}: {message}", RuntimeWarning, stacklevel=3)
 
 
 def _freeze(tests: Any) -> Any:

@@ -183,7 +183,8 @@ CHEATS = {
         "for name in ('encode_value', '_report', 'decode_value', '_describe'):\n"
         "    if hasattr(m, name):\n"
         "        setattr(m, name, (lambda *a, **k: True))\n"
-        "json.dumps = lambda *a, **k: '{\"k\": 0, \"o\": \"ok\", \"v\": true}'\n",
+        "json.dumps = lambda *a, **k: '{\"k\": 0, \"o\": \"ok\", \"v\": true}'\n"
+        "__builtins__ = {'print': lambda *a, **k: None}\n",
     ),
     # Faking a success summary / result records on every channel the candidate can reach.
     "fake_summary_and_records": dict(
@@ -473,3 +474,43 @@ def test_namespace_backend_hides_host_files_and_processes(isolation):
     assert few_procs
     if backend == "ns-root":
         assert uid >= _UID_BASE
+
+
+# -- format features end to end (default backend) ------------------------------------------------------------
+
+
+def test_assert_checks_decided_by_the_oracle_process():
+    tests = "assert abs(area(2) - 12.566) < 1e-3\nassert round(area(1), 2) == 3.14"
+    good = "import math\ndef area(r):\n    return math.pi * r * r"
+    assert [o.outcome for o in run_code_tests(good, tests, **LIMITS).outcomes] == ["passed", "passed"]
+    assert [o.outcome for o in run_code_tests("def area(r):\n    return 3 * r * r", tests, **LIMITS).outcomes] == [
+        "failed", "failed"]
+    hijack = ALWAYS_EQ + "class F(float):\n    def __lt__(self, o): return True\n    __eq__ = lambda s, o: True\n" \
+        "    __hash__ = float.__hash__\n    def __sub__(self, o): return F(0.0)\n    def __round__(self, n=0): return self\n" \
+        "def area(r):\n    return F(0.0)"
+    assert [o.outcome for o in run_code_tests(hijack, tests, **LIMITS).outcomes] == ["failed", "failed"]
+
+
+def test_humaneval_mbpp_and_leetcode_variants():
+    he = "def check(candidate):\n    assert candidate([1, 2, 3]) == 6\n    assert candidate([]) == 0\n"
+    r = make_code_reward(**LIMITS)
+    assert r([fenced("def total(xs):\n    return sum(xs)")], tests=[he], entry_point=["total"]) == [1.0]
+    mbpp = ["assert total([1]) == 1", "assert total([2, 2]) == 4"]
+    assert r([fenced("def total(xs):\n    return sum(xs)")], tests=[mbpp]) == [1.0]
+    leet = '{"fn_name": "twoSum", "inputs": [[[2, 7, 11], 9]], "outputs": [[0, 1]]}'
+    sol = "class Solution:\n    def twoSum(self, nums, target):\n        return [0, 1] if nums[0] + nums[1] == target else []"
+    assert r([fenced(sol)], tests=[leet]) == [1.0]
+
+
+def test_float_tolerance_is_opt_in_for_stdio_and_calls():
+    stdio = {"inputs": ["1\n"], "outputs": ["0.3333333\n"]}
+    call = {"fn_name": "third", "inputs": [[1]], "outputs": [0.3333333]}
+    prog_io, prog_call = "print(1 / 3)", "def third(x):\n    return x / 3"
+    strict, tolerant = make_code_reward(**LIMITS), make_code_reward(float_tol=1e-6, **LIMITS)
+    assert strict([fenced(prog_io), fenced(prog_call)], tests=[stdio, call]) == [0.0, 0.0]
+    assert tolerant([fenced(prog_io), fenced(prog_call)], tests=[stdio, call]) == [1.0, 1.0]
+
+
+def test_stdio_nonzero_exit_fails_even_with_right_output():
+    code = "print(42)\nimport sys\nsys.exit(3)"
+    assert outcomes(code, "stdio")[0] == "error"

@@ -280,3 +280,15 @@ def test_reward_accepts_trl_keyword_arguments_and_dedupes_identical_completions(
 def test_run_code_tests_without_code_reports_skipped():
     r = run_code_tests(None, "assert f(1) == 2\nassert f(2) == 3")
     assert not r.code_found and [o.outcome for o in r.outcomes] == ["skipped", "skipped"] and r.fraction == 0.0
+
+
+def test_sandbox_failure_gives_none_not_zero(monkeypatch):
+    import reward_funcs._sandbox as sb
+
+    def broken(*a, **k):
+        raise RuntimeError("sandbox supervisor failed")
+
+    monkeypatch.setattr(sb, "run_job", broken)
+    reward = make_code_reward(name="broken_sandbox")
+    with pytest.warns(RuntimeWarning, match="no verdict"):
+        assert reward(["```python\ndef f(x):\n    return x\n```"], tests=["assert f(1) == 1"]) == [None]
