@@ -1,6 +1,19 @@
-"""Verifier reward functions for TRL's GRPOTrainer (usable without trl_dapo_ext)."""
+"""Verifier reward functions for TRL's GRPOTrainer (GRPO/DAPO). Usable with plain TRL: never imports trl_dapo_ext.
 
-from .math_answers import (  # noqa: F401
+Math answers: `math_reward`, `make_math_reward`, `extract_final_answer`, `answers_match`, `math_format_reward`.
+Code with unit tests in a sandbox: `code_reward`, `make_code_reward`, `run_code_tests`, `extract_code`.
+"""
+
+from .code_tests import (
+    CodeReward,
+    CodeTestReport,
+    TestOutcome,
+    code_reward,
+    extract_code,
+    make_code_reward,
+    run_code_tests,
+)
+from .math_answers import (
     FORMAT_REWARD_WEIGHT,
     MathFormatReward,
     MathReward,
@@ -12,3 +25,23 @@ from .math_answers import (  # noqa: F401
     math_format_reward,
     math_reward,
 )
+
+__all__ = [
+    "FORMAT_REWARD_WEIGHT",
+    "CodeReward",
+    "CodeTestReport",
+    "MathFormatReward",
+    "MathReward",
+    "TestOutcome",
+    "answers_match",
+    "close_math_workers",
+    "code_reward",
+    "extract_code",
+    "extract_final_answer",
+    "make_code_reward",
+    "make_math_format_reward",
+    "make_math_reward",
+    "math_format_reward",
+    "math_reward",
+    "run_code_tests",
+]

@@ -1,0 +1,349 @@
+"""Split assert-style tests into *probes* (evaluated in the candidate process) and *checks* (decided outside it).
+
+Why: if ``assert add(1, 2) == 3`` ran in the candidate's process, an object with an always-true ``__eq__`` or a
+patched ``AssertionError`` would pass it, and the candidate could read ``3`` from the test source or the stack.
+Instead only the candidate-dependent operands (``add(1, 2)``) are sent to the sandbox; their values come back as
+plain data and the comparison (``== 3``) runs in the parent, or, for expressions the parent does not evaluate itself
+(``abs(x - 2.5) < 1e-6``), in a separate sandboxed *oracle* process that runs only the test code, never the
+candidate's.
+
+Rules (the tests are trusted dataset content and are parsed with ``ast`` in the parent):
+* a *candidate name* is a free name of the tests that the tests do not bind and that is not a builtin or a stdlib
+  module (``add``); test statements that use candidate names (``res = add(1, 2)``) run in the candidate process;
+* ``Compare``, ``BoolOp``, ``not`` and ``if-else`` nodes are never evaluated in the candidate process;
+* any other candidate-dependent node is sent as one probe if its only constants and test variables are arguments of
+  calls to candidate functions (``sorted(add(1, 2))`` is one probe; ``abs(add(1, 2) - 3)`` is split so that the
+  ``3`` stays outside).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import sys
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+_BUILTINS = frozenset(dir(builtins))
+_STDLIB = frozenset(sys.stdlib_module_names)
+_NEVER_PROBE = (ast.Compare, ast.BoolOp, ast.IfExp)
+_SIMPLE_NODES = (
+    ast.Expression, ast.Constant, ast.Name, ast.Load, ast.List, ast.Tuple, ast.Set, ast.Dict, ast.Compare,
+    ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.UAdd, ast.Eq, ast.NotEq, ast.Lt, ast.LtE,
+    ast.Gt, ast.GtE, ast.In, ast.NotIn, ast.Is, ast.IsNot, ast.Subscript, ast.Slice,
+)
+_SAFE_CALLS = {
+    "len": len, "sorted": sorted, "set": set, "frozenset": frozenset, "list": list, "tuple": tuple, "abs": abs,
+    "round": round, "min": min, "max": max, "sum": sum, "all": all, "any": any, "bool": bool,
+    "math.isclose": __import__("math").isclose,
+}
+_SAFE_KEYWORDS = {"reverse", "rel_tol", "abs_tol"}
+
+
+class UnsupportedTests(ValueError):
+    """The assert-style tests use a construct this harness cannot check safely."""
+
+
+@dataclass(frozen=True)
+class Check:
+    """One top-level assert: ``expr`` is the assert's test with probes replaced by ``__p<i>__`` names."""
+
+    source: str
+    expr: str
+    probes: tuple[int, ...]
+    simple: bool  # decidable in the parent by the tiny plain-data evaluator
+
+
+@dataclass(frozen=True)
+class AssertPlan:
+    probes: tuple[str, ...]
+    child_setup: tuple[str, ...]
+    oracle_setup: tuple[str, ...]
+    checks: tuple[Check, ...]
+    literals: dict = field(default_factory=dict)  # test names bound to literal values (usable by the parent)
+
+
+def _bound_names(stmt: ast.stmt) -> set[str]:
+    names: set[str] = set()
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {stmt.name}
+    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+        for a in stmt.names:
+            names.add((a.asname or a.name).split(".")[0])
+        return names
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.id)
+    return names
+
+
+def _local_names(node: ast.AST) -> set[str]:
+    """Names bound inside a node (function parameters, comprehension targets, inner assignments)."""
+    names: set[str] = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.arg):
+            names.add(n.arg)
+        elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            names.add(n.id)
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(n.name)
+    return names
+
+
+def _used_names(node: ast.AST) -> set[str]:
+    used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    return used - _local_names(node)
+
+
+def _lift_check_function(stmts: list[ast.stmt], entry_point: str | None) -> list[ast.stmt]:
+    """HumanEval style ``def check(candidate): assert candidate(...) == ...``: inline the body at top level."""
+    if any(isinstance(s, ast.Assert) for s in stmts):
+        return stmts
+    checks = [s for s in stmts if isinstance(s, ast.FunctionDef) and s.name == "check" and len(s.args.args) == 1]
+    if not checks:
+        return stmts
+    fn = checks[0]
+    calls = [
+        s for s in stmts
+        if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and isinstance(s.value.func, ast.Name)
+        and s.value.func.id == "check" and len(s.value.args) == 1 and isinstance(s.value.args[0], ast.Name)
+    ]
+    entry = calls[-1].value.args[0].id if calls else entry_point
+    if not entry:
+        raise UnsupportedTests("HumanEval-style check(candidate) needs a call check(<fn>) or an entry_point column")
+    alias = ast.parse(f"{fn.args.args[0].arg} = {entry}").body
+    rest = [s for s in stmts if s is not fn and s not in calls]
+    return rest + alias + fn.body
+
+
+class _Splitter:
+    def __init__(self, candidate: set[str], test_vars: set[str]) -> None:
+        self.candidate = candidate
+        self.test_vars = test_vars  # test-bound names other than imports (values that may encode expectations)
+        self.probes: list[ast.expr] = []
+
+    def refs_candidate(self, node: ast.AST) -> bool:
+        return bool(_used_names(node) & self.candidate)
+
+    def probe_ok(self, node: ast.AST, allow_constants: bool = False) -> bool:
+        """May ``node`` be evaluated in the candidate process? ``allow_constants`` is used for comprehensions,
+        whose constants are almost always inputs (``range(3)``); comparisons are never allowed."""
+        if isinstance(node, _NEVER_PROBE) or (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not)):
+            return False
+        local = _local_names(node)
+        ok = True
+
+        def visit(n: ast.AST, in_args: bool) -> None:
+            nonlocal ok
+            if not ok:
+                return
+            if isinstance(n, _NEVER_PROBE) or (isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not)):
+                if not in_args:
+                    ok = False
+                    return
+            if isinstance(n, ast.Constant) and not in_args and not allow_constants:
+                ok = False
+                return
+            if isinstance(n, ast.Name) and not in_args and n.id in self.test_vars and n.id not in local:
+                ok = False
+                return
+            if isinstance(n, ast.Call) and self.refs_candidate(n.func):
+                visit(n.func, in_args)
+                for a in [*n.args, *(k.value for k in n.keywords)]:
+                    visit(a, True)  # arguments of candidate calls are inputs: they may be revealed
+                return
+            for child in ast.iter_child_nodes(n):
+                visit(child, in_args)
+
+        visit(node, False)
+        return ok
+
+    def split(self, node: ast.expr) -> ast.expr:
+        if not self.refs_candidate(node):
+            return node
+        if self.probe_ok(node):
+            self.probes.append(node)
+            return ast.Name(id=f"__p{len(self.probes) - 1}__", ctx=ast.Load())
+        if isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.NamedExpr,
+                             ast.Await)):
+            if self.probe_ok(node, allow_constants=True):
+                self.probes.append(node)
+                return ast.Name(id=f"__p{len(self.probes) - 1}__", ctx=ast.Load())
+            # Its comparisons would have to run next to the candidate's objects (all(f(i) == i for i in ...)).
+            raise UnsupportedTests(f"cannot split {ast.unparse(node)!r}: compare outside comprehensions/lambdas")
+        for fname, value in ast.iter_fields(node):
+            if isinstance(value, ast.expr):
+                setattr(node, fname, self.split(value))
+            elif isinstance(value, list):
+                setattr(node, fname, [self.split(v) if isinstance(v, ast.expr) else v for v in value])
+        if isinstance(node, ast.Call):
+            for kw in node.keywords:
+                kw.value = self.split(kw.value)
+        return node
+
+
+def _is_simple(expr: ast.expr, literals: dict) -> bool:
+    """Can the parent evaluate this check itself? Only plain-data nodes, indexing and a few pure builtins (no
+    arithmetic: ``__p0__ * 10**9`` on a candidate-supplied list would be a memory bomb in the trainer)."""
+    callees = set()
+    for n in ast.walk(expr):
+        if isinstance(n, ast.Call):
+            name = ast.unparse(n.func)
+            if name not in _SAFE_CALLS or any(k.arg not in _SAFE_KEYWORDS for k in n.keywords):
+                return False
+            callees.add(id(n.func))
+            callees.update(id(c) for c in ast.walk(n.func))
+    for n in ast.walk(expr):
+        if id(n) in callees or isinstance(n, (ast.Call, ast.keyword)):
+            continue
+        if not isinstance(n, _SIMPLE_NODES):
+            return False
+        if isinstance(n, ast.UnaryOp) and not isinstance(n.op, (ast.Not, ast.USub, ast.UAdd)):
+            return False
+        if isinstance(n, ast.Name) and not (n.id.startswith("__p") or n.id in literals):
+            return False
+    return True
+
+
+@lru_cache(maxsize=4096)
+def plan_asserts(tests: str, entry_point: str | None = None) -> AssertPlan:
+    """Build the probe/check plan for assert-style tests (cached: GRPO repeats each row's tests per generation).
+
+    >>> plan = plan_asserts("assert add(1, 2) == 3")
+    >>> plan.probes, plan.checks[0].expr, plan.checks[0].simple
+    (('add(1, 2)',), '__p0__ == 3', True)
+    """
+    try:
+        stmts = ast.parse(tests).body
+    except SyntaxError as exc:
+        raise UnsupportedTests(f"tests do not parse: {exc}") from exc
+    stmts = _lift_check_function(stmts, entry_point)
+    bound: set[str] = set()  # names bound by test statements that do not depend on the candidate
+    imports: set[str] = set()
+    candidate: set[str] = set()
+    literals: dict = {}
+    setup: list[tuple[ast.stmt, bool]] = []  # (statement, depends on candidate)
+    asserts: list[ast.Assert] = []
+    implicit_imports: set[str] = set()
+    for st in stmts:
+        if isinstance(st, ast.Assert):
+            asserts.append(st)
+            unknown = _used_names(st) - bound - _BUILTINS
+        else:
+            if any(isinstance(n, ast.Assert) for n in ast.walk(st)):
+                raise UnsupportedTests("asserts must be top-level statements (no loops, ifs or helper functions)")
+            unknown = _used_names(st) - bound - _BUILTINS - _bound_names(st)
+        for name in unknown:
+            # `math.isclose(...)` in MBPP tests often relies on the solution's `import math`: import it test-side.
+            (implicit_imports if name in _STDLIB and name not in candidate else candidate).add(name)
+        if isinstance(st, ast.Assert):
+            continue
+        dep = bool(_used_names(st) & candidate)
+        setup.append((st, dep))
+        names = _bound_names(st)
+        if dep:
+            candidate |= names
+            bound -= names
+        else:
+            bound |= names
+            if isinstance(st, (ast.Import, ast.ImportFrom)):
+                imports |= names
+            if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+                try:
+                    literals[st.targets[0].id] = ast.literal_eval(st.value)
+                except ValueError:
+                    literals.pop(st.targets[0].id, None)
+    if not asserts:
+        raise UnsupportedTests("no top-level assert statement found")
+    implicit = [ast.parse(f"import {m}").body[0] for m in sorted(implicit_imports)]
+    splitter = _Splitter(candidate, bound - imports - implicit_imports)
+    for st, dep in setup:
+        # Test statements that use the solution run in its process: allow only plain `name = <probe-like expr>`
+        # (or a bare call), so no expected value or comparison is evaluated where the candidate can reach it.
+        value = st.value if isinstance(st, (ast.Assign, ast.Expr)) else None
+        if dep and (value is None or not (splitter.probe_ok(value) or isinstance(value, ast.Name))):
+            raise UnsupportedTests(f"test statement {ast.unparse(st)[:80]!r} mixes the solution with test values")
+    checks = []
+    for st in asserts:
+        first = len(splitter.probes)
+        source = ast.unparse(st)  # before split() rewrites the node in place
+        expr = splitter.split(st.test)
+        idx = tuple(range(first, len(splitter.probes)))
+        checks.append(Check(source, ast.unparse(expr), idx, _is_simple(expr, literals)))
+    # The candidate process gets the candidate-dependent statements plus the test statements they or the probes
+    # need (transitively), never the rest, so test variables holding expected values stay out of its reach.
+    needed = set().union(*(_used_names(p) for p in splitter.probes)) if splitter.probes else set()
+    child: list[ast.stmt] = []
+    for st, dep in reversed(setup):
+        if dep or (_bound_names(st) & needed):
+            child.append(st)
+            needed |= _used_names(st)
+    child.reverse()
+    child = [s for s in implicit if _bound_names(s) & needed] + child
+    oracle = implicit + [st for st, dep in setup if not dep]
+    return AssertPlan(
+        probes=tuple(ast.unparse(p) for p in splitter.probes),
+        child_setup=tuple(ast.unparse(s) for s in child),
+        oracle_setup=tuple(ast.unparse(s) for s in oracle),
+        checks=tuple(checks),
+        literals=literals,
+    )
+
+
+def eval_simple(expr: str, values: dict, literals: dict):
+    """Evaluate a check built only from plain-data nodes; the operands are builtin values rebuilt in this process.
+
+    >>> eval_simple("__p0__ == [1, 2] and not __p1__", {"__p0__": [1, 2], "__p1__": 0}, {})
+    True
+    """
+    env = {**literals, **values}
+
+    def ev(n: ast.AST):
+        if isinstance(n, ast.Constant):
+            return n.value
+        if isinstance(n, ast.Name):
+            return env[n.id]
+        if isinstance(n, ast.List):
+            return [ev(e) for e in n.elts]
+        if isinstance(n, ast.Tuple):
+            return tuple(ev(e) for e in n.elts)
+        if isinstance(n, ast.Set):
+            return {ev(e) for e in n.elts}
+        if isinstance(n, ast.Dict):
+            return {ev(k): ev(v) for k, v in zip(n.keys, n.values, strict=True)}
+        if isinstance(n, ast.UnaryOp):
+            v = ev(n.operand)
+            return not v if isinstance(n.op, ast.Not) else (-v if isinstance(n.op, ast.USub) else +v)
+        if isinstance(n, ast.BoolOp):
+            result = None
+            for e in n.values:
+                result = ev(e)
+                if isinstance(n.op, ast.And) != bool(result):
+                    return result
+            return result
+        if isinstance(n, ast.Subscript):
+            return ev(n.value)[ev(n.slice)]
+        if isinstance(n, ast.Slice):
+            return slice(*(None if e is None else ev(e) for e in (n.lower, n.upper, n.step)))
+        if isinstance(n, ast.Call):
+            fn = _SAFE_CALLS[ast.unparse(n.func)]
+            return fn(*(ev(a) for a in n.args), **{k.arg: ev(k.value) for k in n.keywords})
+        if isinstance(n, ast.Compare):
+            left = ev(n.left)
+            for op, comp in zip(n.ops, n.comparators, strict=True):
+                right = ev(comp)
+                if not _OPS[type(op)](left, right):
+                    return False
+                left = right
+            return True
+        raise ValueError(f"not a simple node: {type(n).__name__}")
+
+    return ev(ast.parse(expr, mode="eval").body)
+
+
+_OPS = {
+    ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b, ast.Lt: lambda a, b: a < b,
+    ast.LtE: lambda a, b: a <= b, ast.Gt: lambda a, b: a > b, ast.GtE: lambda a, b: a >= b,
+    ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b, ast.Is: lambda a, b: a is b,
+    ast.IsNot: lambda a, b: a is not b,
+}

@@ -1,0 +1,348 @@
+"""Parent side of the code sandbox: choose an isolation backend, launch the supervisor, enforce deadlines, clean up.
+
+Backends (see docs/code_rewards.md for the threat model):
+
+* ``ns-root`` / ``ns-user``: ``unshare`` (util-linux) gives new PID, mount, network, IPC and UTS namespaces (plus a
+  user namespace when not root). The supervisor is PID 1 there and replaces the file system by a read-only skeleton
+  with a tmpfs scratch; when it exits the kernel kills every process left in the namespace. Root: the candidate
+  runs under a fresh unprivileged uid; user namespace: it keeps the uid but loses every capability.
+* ``root`` (fallback, root without namespaces): fresh unprivileged uid per run, rlimits, kill-by-uid cleanup and
+  removal of files that uid left in /tmp, /var/tmp, /dev/shm. No network isolation.
+* ``user`` (fallback, no root, no namespaces): rlimits, subreaper-based cleanup, same uid as the trainer. Weak.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import secrets
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+_CHILD = Path(__file__).with_name("_sandbox_child.py")
+_UID_BASE = 0x5C000000  # far above any real account; one fresh uid per concurrent run
+_uid_counter = itertools.count()
+_lock = threading.Lock()
+_backend_cache: dict[str, str] = {}
+
+# Common stdlib modules imported before dropping privileges when the interpreter's stdlib sits behind a directory the
+# sandbox uid cannot traverse (e.g. pyenv under /root) in the ``root`` fallback.
+_PREIMPORT = (
+    "collections", "heapq", "bisect", "itertools", "functools", "math", "cmath", "re", "string", "random",
+    "decimal", "fractions", "statistics", "typing", "dataclasses", "copy", "operator", "datetime", "array",
+    "queue", "threading", "io", "struct", "textwrap", "unicodedata", "hashlib", "enum", "abc", "numbers",
+)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits for one sandboxed run (per test for time, per process for memory/CPU)."""
+
+    timeout_s: float = 4.0
+    memory_mb: int = 1024
+    file_mb: int = 16
+    max_procs: int = 16  # processes+threads of the sandbox uid; worst-case memory is max_procs * memory_mb
+    output_bytes: int = 4 << 20
+
+
+class SandboxUnavailable(RuntimeError):
+    """Requested isolation cannot be provided on this machine."""
+
+
+def _launcher_cmd(backend: str, result_fd: int, site_packages: bool) -> list[str]:
+    py = [sys.executable, "-I"] + ([] if site_packages else ["-S"]) + [str(_CHILD), str(result_fd)]
+    if not backend.startswith("ns"):
+        return py
+    ns = ["unshare", "--pid", "--fork", "--kill-child", "--mount", "--net", "--ipc", "--uts", "--propagation", "private"]
+    if backend == "ns-user":
+        ns += ["--user", "--map-root-user"]
+    return ns + ["--"] + py
+
+
+def _python_paths(site_packages: bool) -> list[str]:
+    paths = {sys.base_prefix, sys.base_exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
+    if site_packages:
+        paths.add(sys.prefix)
+        paths.update(p for p in sys.path if p and os.path.isdir(p))
+    return sorted(paths)
+
+
+def _stdlib_traversable() -> bool:
+    """True when every directory above the stdlib is world-searchable (the ``root`` fallback needs it)."""
+    path = Path(os.__file__).resolve().parent
+    for parent in [path, *path.parents]:
+        try:
+            if not parent.stat().st_mode & 0o001:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def _count_user_procs(uid: int) -> int:
+    n = 0
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                if os.stat(f"/proc/{p}").st_uid == uid:
+                    n += 1
+            except OSError:
+                pass
+    return n
+
+
+def _procs_of_uid(uid: int) -> list[int]:
+    found = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            with open(f"/proc/{p}/status", "rb") as f:
+                for line in f:
+                    if line.startswith(b"Uid:"):
+                        if int(line.split()[1]) == uid:
+                            found.append(int(p))
+                        break
+        except OSError:
+            pass
+    return found
+
+
+def _kill_uid(uid: int) -> None:
+    """Kill every process of ``uid`` (``kill(-1)`` issued as that uid reaches all of them at once)."""
+    for _ in range(20):
+        if not _procs_of_uid(uid):
+            return
+        code = f"import os\nos.setgroups([])\nos.setresgid({uid},{uid},{uid})\nos.setresuid({uid},{uid},{uid})\n"
+        code += "os.kill(-1, 9)"
+        subprocess.run([sys.executable, "-I", "-S", "-c", code], check=False, timeout=30)
+        time.sleep(0.01)
+
+
+def _remove_uid_files(uid: int, scratch: str) -> None:
+    """``root`` fallback: drop what the sandbox uid wrote in the usual world-writable places."""
+    for base in (tempfile.gettempdir(), "/tmp", "/var/tmp", "/dev/shm"):
+        try:
+            entries = list(os.scandir(base))
+        except OSError:
+            continue
+        for e in entries:
+            try:
+                if e.stat(follow_symlinks=False).st_uid != uid or e.path == scratch:
+                    continue
+                if e.is_dir(follow_symlinks=False):
+                    shutil.rmtree(e.path, ignore_errors=True)
+                else:
+                    os.unlink(e.path)
+            except OSError:
+                pass
+
+
+def resolve_backend(isolation: str = "auto") -> str:
+    """Map ``isolation`` ("auto", "namespaces", "rlimits") to a working backend, probing once per process."""
+    isolation = os.environ.get("CODE_REWARD_ISOLATION", isolation) if isolation == "auto" else isolation
+    if isolation not in ("auto", "namespaces", "rlimits"):
+        raise ValueError(f"isolation must be 'auto', 'namespaces' or 'rlimits', not {isolation!r}")
+    with _lock:
+        if isolation in _backend_cache:
+            return _backend_cache[isolation]
+    if not sys.platform.startswith("linux"):
+        raise SandboxUnavailable("the code sandbox needs Linux")
+    root = os.geteuid() == 0
+    backend = None
+    why = ""
+    if isolation in ("auto", "namespaces"):
+        cand = "ns-root" if root else "ns-user"
+        if shutil.which("unshare") is None:
+            why = "the `unshare` program (util-linux) is not installed"
+        else:
+            why = _probe(cand)
+            backend = cand if not why else None
+        if backend is None and isolation == "namespaces":
+            raise SandboxUnavailable(f"namespace isolation unavailable: {why}")
+    if backend is None:
+        backend = "root" if root else "user"
+        problem = _probe(backend)
+        if problem:
+            raise SandboxUnavailable(f"cannot run the sandbox at all: {problem}")
+        if isolation == "auto":
+            warnings.warn(
+                f"reward_funcs code sandbox: Linux namespaces unavailable ({why}); falling back to rlimits"
+                + (" + a separate uid" if root else " under the trainer's own uid")
+                + ". Network is NOT isolated and the candidate can read world-readable files"
+                + ("" if root else ", write the user's files and may escape cleanup")
+                + ". See docs/code_rewards.md for how to get real isolation.",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+    with _lock:
+        _backend_cache[isolation] = backend
+    return backend
+
+
+def _probe(backend: str) -> str:
+    """Run a trivial job on ``backend``; return '' when it works, else the reason."""
+    try:
+        recs = run_job(
+            {"mode": "calls", "code": "x = 41", "cases": [{"expr": "x + 1"}]}, Limits(timeout_s=10), backend=backend
+        )
+    except Exception as exc:  # any failure means "not this backend"
+        return f"{type(exc).__name__}: {exc}"
+    rec = recs.get(0, {})
+    if rec.get("o") != "ok" or rec.get("v") != 42:
+        return f"probe run failed: {rec.get('d') or rec or 'no result'}"
+    return ""
+
+
+def run_job(
+    job: dict,
+    limits: Limits,
+    *,
+    backend: str,
+    site_packages: bool = False,
+    on_record=None,
+    startup_s: float = 15.0,
+) -> dict[int, dict]:
+    """Run one job (``mode`` "calls" or "stdio") in a fresh sandbox and return the supervisor's records by index.
+
+    ``on_record(record) -> bool`` is called as records arrive; returning True stops the run early (the remaining
+    tests get no record). The wall-clock backstop here is per record: ``timeout_s`` plus a grace period, on top of
+    the supervisor's own per-test timer, so a wedged supervisor cannot stall training.
+    """
+    nonce = secrets.token_hex(16)
+    with _lock:
+        seq = next(_uid_counter)
+    uid = _UID_BASE + ((os.getpid() & 0x3FF) << 12) + (seq & 0xFFF)
+    scratch = tempfile.mkdtemp(prefix="code-sandbox-")
+    if backend == "root":
+        os.chown(scratch, uid, uid)
+    nproc = limits.max_procs
+    if backend in ("user", "ns-user"):  # RLIMIT_NPROC counts every process of the (shared) uid
+        nproc += _count_user_procs(os.getuid())
+    spec = dict(job)
+    spec.update(
+        nonce=nonce,
+        backend=backend,
+        uid=uid,
+        scratch=scratch,
+        limits={**asdict(limits), "nproc": nproc},
+        python_paths=_python_paths(site_packages),
+        preimport=list(_PREIMPORT) if backend == "root" and not _stdlib_traversable() else [],
+    )
+    payload = json.dumps(spec).encode()
+    r, w = os.pipe()
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
+    records: dict[int, dict] = {}
+    try:
+        proc = subprocess.Popen(
+            _launcher_cmd(backend, w, site_packages),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            pass_fds=(w,),
+            env=env,
+            start_new_session=True,
+        )
+    except BaseException:
+        os.close(r)
+        os.close(w)
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    os.close(w)
+    stderr = bytearray()
+    try:
+        _pump(proc, r, payload, records, stderr, nonce, limits, on_record, startup_s)
+    finally:
+        os.close(r)
+        _finish(proc, backend, uid, scratch)
+    if not records and proc.returncode not in (0, None):
+        raise RuntimeError(f"sandbox supervisor failed (exit {proc.returncode}): {stderr.decode(errors='replace')[-2000:]}")
+    return records
+
+
+def _pump(proc, r, payload, records, stderr, nonce, limits, on_record, startup_s) -> None:
+    sel = selectors.DefaultSelector()
+    stdin_fd = proc.stdin.fileno()
+    os.set_blocking(stdin_fd, False)
+    sel.register(stdin_fd, selectors.EVENT_WRITE, "in")
+    sel.register(r, selectors.EVENT_READ, "res")
+    sel.register(proc.stderr.fileno(), selectors.EVENT_READ, "err")
+    # Between two supervisor records at most ~2 timeouts pass legitimately (a fresh candidate process re-loads the
+    # solution module, then runs the next test), plus process start-up on a loaded machine.
+    grace = 2 * limits.timeout_s + 5.0
+    deadline = time.monotonic() + startup_s + grace
+    sent = 0
+    buf = b""
+    try:
+        while sel.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return  # backstop: _finish kills the whole sandbox
+            for key, _ in sel.select(timeout=left):
+                if key.data == "in":
+                    try:
+                        sent += os.write(stdin_fd, payload[sent : sent + (1 << 16)])
+                    except BrokenPipeError:
+                        sent = len(payload)
+                    if sent >= len(payload):
+                        sel.unregister(stdin_fd)
+                        proc.stdin.close()
+                    continue
+                chunk = os.read(key.fd, 1 << 16)
+                if not chunk:
+                    sel.unregister(key.fd)
+                    continue
+                if key.data == "err":
+                    if len(stderr) < 65536:
+                        stderr += chunk
+                    continue
+                buf += chunk
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    rec = json.loads(line)  # the supervisor's own channel: malformed data is a bug, not a cheat
+                    if rec.get("nonce") != nonce:
+                        raise RuntimeError("sandbox result without the run's nonce")
+                    deadline = time.monotonic() + grace
+                    if rec.get("o") == "end":
+                        return
+                    records[rec["k"]] = rec
+                    if on_record is not None and on_record(rec):
+                        return
+    finally:
+        sel.close()
+
+
+def _finish(proc: subprocess.Popen, backend: str, uid: int, scratch: str) -> None:
+    """Make sure nothing of this run survives: supervisor, candidate processes, files."""
+    try:
+        proc.wait(timeout=2)
+    except subprocess.TimeoutExpired:
+        pass
+    if proc.poll() is None:
+        # ns backends: killing `unshare` makes its child (PID 1) die, which kills the whole namespace.
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        proc.wait()
+    if proc.stdin and not proc.stdin.closed:
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
+    proc.stderr.close()
+    if backend in ("root", "ns-root"):
+        _kill_uid(uid)  # normally a no-op: verifies that no process of the run's uid is left
+    if backend == "root":
+        _remove_uid_files(uid, scratch)
+    shutil.rmtree(scratch, ignore_errors=True)

@@ -1,0 +1,294 @@
+"""Code rewards: extraction, test formats, comparison rules, assert planning, codec, TRL plumbing."""
+
+from __future__ import annotations
+
+import json
+import math
+import pickle
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reward_funcs import code_reward, extract_code, make_code_reward, run_code_tests
+from reward_funcs._assert_plan import UnsupportedTests, eval_simple, plan_asserts
+from reward_funcs._sandbox_child import NotPlainData, decode_value, encode_value
+from reward_funcs.code_tests import _completion_text, _parse_tests, stdout_matches, values_match
+
+# -- code extraction ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tag", ["python", "py", "Python3", "PYTHON", "python3", "py3"])
+def test_extract_python_tags(tag):
+    assert extract_code(f"text\n```{tag}\nx = 1\n```\n") == "x = 1\n"
+
+
+def test_extract_last_python_block_wins_over_earlier_and_bare_blocks():
+    text = "```python\nx = 1\n```\n```\nbare = 1\n```\n```python\nx = 2\n```\n```text\nout\n```\n"
+    assert extract_code(text) == "x = 2\n"
+
+
+def test_extract_bare_block_only_when_no_python_block():
+    assert extract_code("```\nprint(1)\n```\n```cpp\nint main(){}\n```") == "print(1)\n"
+    assert extract_code("```cpp\nint main(){}\n```") is None
+
+
+def test_extract_rejects_missing_unclosed_or_empty_blocks():
+    assert extract_code("def f(): return 1") is None
+    assert extract_code("```python\ndef f():\n    return 1\n") is None  # truncated completion
+    assert extract_code("```python\n   \n```") is None
+
+
+def test_extract_indented_fence_is_dedented_and_tilde_fences_work():
+    assert extract_code("1. step\n    ```python\n    x = 1\n    ```\n") == "x = 1\n"
+    assert extract_code("~~~python\nx = 3\n~~~\n") == "x = 3\n"
+
+
+def test_completion_text_handles_conversational_and_multimodal_formats():
+    assert _completion_text([{"role": "assistant", "content": "a"}]) == "a"
+    assert _completion_text([{"role": "assistant", "content": [{"type": "text", "text": "b"}]}]) == "b"
+    assert _completion_text([{"role": "tool", "content": "x"}, {"role": "assistant", "content": "c"}]) == "c"
+
+
+# -- test formats -------------------------------------------------------------------------------------------
+
+
+def test_parse_tests_three_formats_and_json_strings():
+    assert _parse_tests("assert f(1) == 2") == ("assert", "assert f(1) == 2")
+    assert _parse_tests(["assert f(1) == 2", "assert f(2) == 3"]) == ("assert", "assert f(1) == 2\nassert f(2) == 3")
+    stdio = {"inputs": ["1\n"], "outputs": ["2\n"]}
+    assert _parse_tests(stdio) == _parse_tests(json.dumps(stdio)) == ("stdio", (["1\n"], ["2\n"]))
+    call = {"fn_name": "f", "inputs": [[1, 2]], "outputs": [3]}
+    assert _parse_tests(json.dumps(call)) == ("call", ("f", [[1, 2]], [3]))
+
+
+@pytest.mark.parametrize("bad", [{"inputs": [1]}, {"inputs": [], "outputs": []}, 3, {"inputs": [1], "outputs": [1, 2]}])
+def test_parse_tests_rejects_malformed(bad):
+    with pytest.raises(UnsupportedTests):
+        _parse_tests(bad)
+
+
+def test_unusable_tests_give_none_and_a_warning():
+    reward = make_code_reward()
+    with pytest.warns(RuntimeWarning, match="unusable tests"):
+        out = reward(["```python\nx=1\n```"], tests=["for i in range(3):\n    assert f(i) == i"])
+    assert out == [None]
+
+
+def test_no_code_scores_zero_without_running(monkeypatch):
+    import reward_funcs._sandbox as sb
+
+    def boom(*a, **k):
+        raise AssertionError("must not run")
+
+    monkeypatch.setattr(sb, "run_job", boom)
+    assert code_reward(["I think the answer is f(x) = 2x."], tests=["assert f(1) == 2"]) == [0.0]
+
+
+# -- comparison rules ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("actual", "expected", "ok"),
+    [
+        ("3\n", "3", True),
+        ("3", "3\n", True),
+        ("3  \t\n4 \n", "3\n4\n", True),
+        ("3\r\n4\r\n", "3\n4\n", True),
+        ("3\n4\n", "3\n", False),  # extra line
+        ("3\n", "3\n4\n", False),  # missing line
+        ("3\n\n", "3\n", False),  # an extra empty line is an extra line (only one final newline is ignored)
+        (" 3\n", "3\n", False),  # leading whitespace is significant
+        ("3.0\n", "3\n", False),
+        ("1 2\n", "1  2\n", False),
+    ],
+)
+def test_stdout_rules(actual, expected, ok):
+    assert stdout_matches(actual, expected) is ok
+
+
+def test_stdout_float_tolerance_is_opt_in_and_token_wise():
+    assert stdout_matches("3.0 0.3333333\n", "3 0.333333333", float_tol=1e-6)
+    assert not stdout_matches("3.1\n", "3\n", float_tol=1e-6)
+    assert not stdout_matches("3 x\n", "3 y\n", float_tol=1e-6)
+    assert not stdout_matches("3\n", "3 3\n", float_tol=1e-6)
+
+
+def test_values_match_rules():
+    assert values_match([1, (2, 3)], [1, [2, 3]])
+    assert values_match({1: "a"}, {"1": "a"})  # JSON object keys are strings
+    assert not values_match(3.0, 3) and not values_match(3, 3.0)
+    assert values_match(3.0, 3, float_tol=1e-9)
+    assert not values_match(True, 1) and not values_match(1, True)
+    assert not values_match({1, 2}, [1, 2])
+    assert not values_match([1, 2], [1, 2, 3])
+
+
+# -- codec ------------------------------------------------------------------------------------------------
+
+_plain = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text() | st.binary(),
+    lambda inner: st.lists(inner, max_size=4) | st.tuples(inner, inner)
+    | st.dictionaries(st.text(max_size=3) | st.integers(), inner, max_size=3),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_plain)
+def test_codec_round_trips_through_json(value):
+    back = decode_value(json.loads(json.dumps(encode_value(value))))
+    assert back == value and type(back) is type(value)
+
+
+def test_codec_special_values():
+    for v in (float("inf"), -float("inf"), 10**400, -(10**30), 1 + 2j, frozenset({1, (2, 3)}), {1, 2}):
+        assert decode_value(json.loads(json.dumps(encode_value(v)))) == v
+    assert math.isnan(decode_value(encode_value(float("nan"))))
+
+
+def test_codec_reduces_builtin_subclasses_and_rejects_objects():
+    class Eq(int):
+        def __eq__(self, other):
+            return True
+
+        __hash__ = int.__hash__
+
+    out = encode_value(Eq(5))
+    assert out == 5 and type(out) is int
+    with pytest.raises(NotPlainData):
+        encode_value(object())
+    with pytest.raises(NotPlainData):
+        encode_value(x for x in range(3))
+    nested: list = []
+    for _ in range(100):
+        nested = [nested]
+    with pytest.raises(NotPlainData):
+        encode_value(nested)
+
+
+@pytest.mark.parametrize("bad", [{"$": "tuple"}, {"$": "weird", "v": []}, {"$": "int", "v": 3}, {"a": 1}])
+def test_decoder_rejects_malformed(bad):
+    with pytest.raises(ValueError):
+        decode_value(bad)
+
+
+# -- assert planning --------------------------------------------------------------------------------------
+
+
+def test_plan_keeps_expected_values_out_of_probes():
+    plan = plan_asserts("expected = [1, 2, 3]\ndata = [3, 1, 2]\nassert sort_it(data) == expected\n"
+                        "assert abs(area(2) - 12.566) < 1e-3\nassert sorted(f(3)) == [1, 2, 3]")
+    assert plan.probes == ("sort_it(data)", "area(2)", "sorted(f(3))")
+    assert plan.child_setup == ("data = [3, 1, 2]",)  # `expected` never reaches the candidate process
+    assert [c.simple for c in plan.checks] == [True, False, True]
+    joined = "\n".join(plan.probes + plan.child_setup)
+    assert "12.566" not in joined and "[1, 2, 3]" not in joined
+
+
+def test_plan_never_evaluates_comparisons_or_not_in_the_candidate():
+    plan = plan_asserts("assert f(1) == f(2)\nassert not g(1)\nassert h(1) is None or h(2)")
+    assert plan.probes == ("f(1)", "f(2)", "g(1)", "h(1)", "h(2)")
+
+
+def test_plan_lifts_humaneval_check_function():
+    tests = "METADATA = {}\n\ndef check(candidate):\n    assert candidate([1, 2]) == 3\n    assert candidate([]) == 0\n"
+    plan = plan_asserts(tests, "total")
+    assert plan.probes == ("candidate([1, 2])", "candidate([])")
+    assert plan.child_setup == ("candidate = total",)
+    with pytest.raises(UnsupportedTests):
+        plan_asserts(tests)
+
+
+def test_plan_allows_plain_candidate_assignments_and_comprehension_probes():
+    plan = plan_asserts("candidate = f\nres = candidate(3)\nassert res == 9\nassert [f(i) for i in range(3)] == [0, 2, 4]")
+    assert plan.probes == ("res", "[f(i) for i in range(3)]")
+    assert plan.child_setup == ("candidate = f", "res = candidate(3)")
+
+
+def test_plan_imports_stdlib_modules_used_by_tests():
+    plan = plan_asserts("assert math.isclose(area(1), 3.14159, rel_tol=1e-3)")
+    assert plan.oracle_setup == ("import math",) and plan.probes == ("area(1)",)
+
+
+@pytest.mark.parametrize(
+    "tests",
+    [
+        "for i in range(3):\n    assert f(i) == i",
+        "x = 1",
+        "def t():\n    assert f(1)",
+        "assert (",
+        "assert all(f(i) == 2 * i for i in range(3))",  # the comparison would run beside the candidate's objects
+        "def helper(x):\n    return f(x) == 3\nassert helper(1)",
+        "ok = f(1) == 2\nassert ok",
+    ],
+)
+def test_plan_rejects_unsupported(tests):
+    with pytest.raises(UnsupportedTests):
+        plan_asserts(tests)
+
+
+def test_eval_simple_plain_data_only():
+    assert eval_simple("__p0__[1:] == [2, 3] and len(__p0__) == 3", {"__p0__": [1, 2, 3]}, {})
+    assert eval_simple("sorted(__p0__, reverse=True) == exp", {"__p0__": [1, 3, 2]}, {"exp": [3, 2, 1]})
+    with pytest.raises(ValueError):
+        eval_simple("__p0__ * 10", {"__p0__": [1]}, {})
+
+
+# -- TRL plumbing -----------------------------------------------------------------------------------------
+
+
+def test_reward_is_picklable_named_and_validates_columns():
+    reward = make_code_reward(partial_credit=True, timeout_s=2, name="unit_tests")
+    clone = pickle.loads(pickle.dumps(reward))
+    assert clone.__name__ == "unit_tests" and clone.partial_credit
+    assert code_reward.__name__ == "code_reward"
+    with pytest.raises(TypeError):
+        reward(["x"])
+    with pytest.raises(ValueError):
+        reward(["x", "y"], tests=["assert f(1) == 1"])
+    with pytest.raises(TypeError):
+        make_code_reward(bogus_limit=3)
+
+
+def test_reward_accepts_trl_keyword_arguments_and_dedupes_identical_completions(monkeypatch):
+    import reward_funcs.code_tests as ct
+
+    calls = []
+    real = ct._run
+
+    def counting(code, *a, **k):
+        calls.append(code)
+        return real(code, *a, **k)
+
+    monkeypatch.setattr(ct, "_run", counting)
+    good = [{"role": "assistant", "content": "```python\ndef f(x):\n    return x + 1\n```"}]
+    bad = [{"role": "assistant", "content": "```python\ndef f(x):\n    return x\n```"}]
+    out = code_reward(
+        completions=[good, good, bad, good],
+        tests=["assert f(1) == 2"] * 4,
+        prompts=["p"] * 4,
+        completion_ids=[[1]] * 4,
+        trainer_state=None,
+        log_extra=None,
+        log_metric=None,
+    )
+    assert out == [1.0, 1.0, 0.0, 1.0]
+    assert len(calls) == 2
+
+
+def test_run_code_tests_without_code_reports_skipped():
+    r = run_code_tests(None, "assert f(1) == 2\nassert f(2) == 3")
+    assert not r.code_found and [o.outcome for o in r.outcomes] == ["skipped", "skipped"] and r.fraction == 0.0
+
+
+def test_sandbox_failure_gives_none_not_zero(monkeypatch):
+    import reward_funcs._sandbox as sb
+
+    def broken(*a, **k):
+        raise RuntimeError("sandbox supervisor failed")
+
+    monkeypatch.setattr(sb, "run_job", broken)
+    reward = make_code_reward(name="broken_sandbox")
+    with pytest.warns(RuntimeWarning, match="no verdict"):
+        assert reward(["```python\ndef f(x):\n    return x\n```"], tests=["assert f(1) == 1"]) == [None]
