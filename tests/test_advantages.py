@@ -78,7 +78,7 @@ def reference_advantages(rewards, group_size, estimator, scale, std, eps):
         group = rewards[start : start + group_size]
         scorable = [v for v in group if not math.isnan(v)]
         for i, r in enumerate(group):
-            if math.isnan(r):
+            if math.isnan(r) or len(set(scorable)) < 2:  # unscorable, or the zero-variance branch
                 out.append(0.0)
                 continue
             others = [v for j, v in enumerate(group) if j != i and not math.isnan(v)]
