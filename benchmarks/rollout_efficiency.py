@@ -288,6 +288,12 @@ def main() -> int:
             cut = 1 - cost["planner+skip"] / cost["veRL recipe"]
             check(cut >= 0.30, f"{mix_name}: planner+skip generates {cut:.0%} fewer completions/retained (>= 30%)")
         check(skip.never_generated == 0, f"{mix_name}: planner+skip leaves {skip.never_generated} prompts unvisited")
+        strict = by_strategy["planner c=0.99"]
+        print(
+            f"info  {mix_name}: planner c=0.99: completions/retained {cost['planner c=0.99']:.2f} (veRL "
+            f"{cost['veRL recipe']:.2f}), surplus cut {1 - strict.surplus / max(verl.surplus, 1):.0%}, rounds/step "
+            f"{np.mean(strict.rounds):.3f}"
+        )
     print(f"\n{failures} target(s) missed; {time.perf_counter() - started:.1f} s")
     return 0
 

@@ -98,19 +98,24 @@ def at_least_probability(needed: int, sources: list[tuple[int, float, float]]) -
     """
     if needed <= 0:
         return 1.0
-    distribution = [1.0]  # pmf of the running sum
-    for trials, alpha, beta in sources:
-        if trials == 0:
-            continue
+    sources = [source for source in sources if source[0] > 0]
+    if not sources:
+        return 0.0
+    distribution = [1.0]  # pmf of the sum of all sources but the last
+    for trials, alpha, beta in sources[:-1]:
         pmf = beta_binomial_pmf(trials, alpha, beta)
         combined = [0.0] * (len(distribution) + trials)
         for x, px in enumerate(distribution):
-            if px == 0.0:
-                continue
             for y, py in enumerate(pmf):
                 combined[x + y] += px * py
         distribution = combined
-    return min(1.0, sum(distribution[needed:]))
+    # The last source (the refill, the largest) only through its tail: O(len) instead of a full convolution.
+    last = beta_binomial_pmf(*sources[-1])
+    tail = [0.0] * (len(last) + 1)  # tail[k] = P(last >= k)
+    for k in range(len(last) - 1, -1, -1):
+        tail[k] = tail[k + 1] + last[k]
+    total = sum(px * tail[min(max(needed - x, 0), len(last))] for x, px in enumerate(distribution))
+    return min(1.0, total)
 
 
 class RefillPlanner:
@@ -137,8 +142,8 @@ class RefillPlanner:
         ...     refill = planner.first_round(target_groups=32)
         ...     planner.observe(attempted=32 + refill, informative=(32 + refill) // 2)
         ...     planner.end_step()
-        >>> planner.first_round(target_groups=32)  # about 32 / 0.5 = 64 groups, plus a margin, minus the batch's 32
-        41
+        >>> planner.first_round(target_groups=32)  # 32 / 0.5 = 64 groups plus a 95% margin (81), less the batch's 32
+        49
         >>> planner.next_round(missing_groups=3, rounds_left=5)  # after round 1 fell 3 groups short
         11
     """
@@ -272,8 +277,8 @@ class RefillPlanner:
             >>> planner = RefillPlanner(max_oversample=3.0, max_groups_per_step=20)
             >>> planner.first_round(8)
             12
-            >>> planner.observe(attempted=20, informative=0)  # retention 0 so far: ask for all that is left
-            >>> planner.next_round(missing_groups=8)
+            >>> planner.observe(attempted=20, informative=0)
+            >>> planner.next_round(missing_groups=8)  # the step's 20 groups are spent: stop (exhausted)
             0
         """
         if missing_groups <= 0:
