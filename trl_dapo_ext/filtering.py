@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .history import GroupOutcome
+
 
 def group_reward_spread(rewards: torch.Tensor, num_generations: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Per group: population std of the scorable rewards, and the number of scorable members.
@@ -54,6 +56,32 @@ class ZeroVarianceSplit:
     other: int
 
 
+def group_outcomes(
+    rewards: torch.Tensor, num_generations: int, informative: torch.Tensor, lowest: float, highest: float
+) -> list[GroupOutcome]:
+    """Per group: informative, or which kind of zero-variance (see :func:`zero_variance_split` for the rule).
+
+    The prompt history (``history.PromptHistory.record``) remembers these; ints, so they gather as a tensor.
+
+    Example:
+        >>> r = torch.tensor([1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.5, 0.5])
+        >>> [outcome.name for outcome in group_outcomes(r, 2, informative_groups(r, 2), lowest=0.0, highest=1.0)]
+        ['ALL_MAX', 'ALL_MIN', 'INFORMATIVE', 'OTHER']
+    """
+    outcomes = []
+    for group, keep in zip(rewards.view(-1, num_generations), informative.tolist()):
+        values = group[~torch.isnan(group)]
+        if keep:
+            outcomes.append(GroupOutcome.INFORMATIVE)
+        elif highest > lowest and values.numel() >= 2 and bool(torch.all(values == highest)):
+            outcomes.append(GroupOutcome.ALL_MAX)
+        elif highest > lowest and values.numel() >= 2 and bool(torch.all(values == lowest)):
+            outcomes.append(GroupOutcome.ALL_MIN)
+        else:
+            outcomes.append(GroupOutcome.OTHER)
+    return outcomes
+
+
 def zero_variance_split(
     rewards: torch.Tensor, num_generations: int, informative: torch.Tensor, lowest: float, highest: float
 ) -> ZeroVarianceSplit:
@@ -69,19 +97,12 @@ def zero_variance_split(
         >>> zero_variance_split(r, 2, informative_groups(r, 2), lowest=0.0, highest=1.0)
         ZeroVarianceSplit(all_max=1, all_min=1, other=1)
     """
-    grouped = rewards.view(-1, num_generations)
-    all_max = all_min = other = 0
-    for group, keep in zip(grouped, informative.tolist()):
-        if keep:
-            continue
-        values = group[~torch.isnan(group)]
-        if highest > lowest and values.numel() >= 2 and bool(torch.all(values == highest)):
-            all_max += 1
-        elif highest > lowest and values.numel() >= 2 and bool(torch.all(values == lowest)):
-            all_min += 1
-        else:
-            other += 1
-    return ZeroVarianceSplit(all_max=all_max, all_min=all_min, other=other)
+    outcomes = group_outcomes(rewards, num_generations, informative, lowest, highest)
+    return ZeroVarianceSplit(
+        all_max=outcomes.count(GroupOutcome.ALL_MAX),
+        all_min=outcomes.count(GroupOutcome.ALL_MIN),
+        other=outcomes.count(GroupOutcome.OTHER),
+    )
 
 
 def fill_priority(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:

@@ -1,0 +1,302 @@
+"""Rollout efficiency of dynamic-sampling refill strategies, simulated (no model), in one run.
+
+Prompts have per-prompt success probabilities drawn from a difficulty mix; a group of G completions of a prompt
+with success probability p has Binomial(G, p) correct answers and is informative iff 0 < correct < G (binary
+rewards, DAPO Eq. 11). Every step needs ``--groups`` informative groups. Strategies compared:
+
+* ``veRL recipe``: whole generation batches of 3x the target (``gen_batch_size = 3 * train_batch_size``), kept groups
+  accumulate, surplus discarded, at most 10 batches (veRL raises past that; here the step counts as exhausted).
+* ``one-by-one``: OpenRLHF-style replacement: round 1 generates the batch, every later round exactly the missing
+  number of prompts (no surplus, many rounds; no round limit besides 100).
+* ``trainer today``: this package before issue 9 (first round = the batch, refill ``plan_refill_groups``).
+* ``planner``: ``trl_dapo_ext.planner.RefillPlanner`` with its defaults, the same code the trainer calls;
+  ``planner c=0.99`` with ``confidence=0.99`` (fewer second rounds, more surplus).
+* ``planner+skip``: the planner plus ``trl_dapo_ext.history.PromptHistory`` filtering the refill stream.
+
+Batch prompts come from a dataloader-like shuffled stream (one pass per epoch, cannot be skipped: TRL's dataloader
+hands them to the trainer); refill prompts from ``trl_dapo_ext.refill.RefillSampler``, as in the trainer.
+
+    python benchmarks/rollout_efficiency.py [--steps 200] [--groups 32] [--generations 8] [--dataset 2048]
+
+Targets (issue 9) are checked at the end and printed as PASS / FAIL lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from trl_dapo_ext.filtering import plan_refill_groups
+from trl_dapo_ext.history import GroupOutcome, PromptHistory
+from trl_dapo_ext.planner import RefillPlanner
+from trl_dapo_ext.refill import RefillSampler
+
+MAX_ROUNDS = 10  # veRL's max_num_gen_batches and our dynamic_sampling_max_rounds default
+VERL_FACTOR = 3  # veRL DAPO recipe: gen_batch_size = train_batch_size * 3
+
+
+# --- difficulty mixes ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Mix:
+    name: str
+    draw: Callable[[np.random.Generator, int], np.ndarray]  # initial success probability per prompt
+    drift_per_step: float = 0.0  # logit shift per step for prompts with 0 < p < 1 (the policy learning)
+
+
+def _share(rng: np.random.Generator, size: int, fixed: float, share: float, rest: tuple[float, float]) -> np.ndarray:
+    p = rng.beta(*rest, size=size)
+    p[rng.random(size) < share] = fixed
+    return p
+
+
+MIXES = [
+    Mix("easy-heavy", lambda rng, n: rng.beta(6.0, 1.0, size=n)),
+    Mix("hard-heavy", lambda rng, n: rng.beta(1.0, 6.0, size=n)),
+    Mix("U-shaped", lambda rng, n: rng.beta(0.3, 0.3, size=n)),
+    Mix("70% unsolvable", lambda rng, n: _share(rng, n, 0.0, 0.7, (1.0, 1.0))),
+    Mix("60% always-solved", lambda rng, n: _share(rng, n, 1.0, 0.6, (2.0, 2.0))),
+    Mix("drifting (hard->easy)", lambda rng, n: rng.beta(1.0, 3.0, size=n), drift_per_step=0.02),
+]
+
+
+def probabilities_at(p0: np.ndarray, mix: Mix, step: int) -> np.ndarray:
+    if mix.drift_per_step == 0.0:
+        return p0
+    inner = (p0 > 0.0) & (p0 < 1.0)
+    p = p0.copy()
+    logit = np.log(p0[inner] / (1.0 - p0[inner])) + mix.drift_per_step * step
+    p[inner] = 1.0 / (1.0 + np.exp(-logit))
+    return p
+
+
+def expected_retention(p: np.ndarray, generations: int) -> float:
+    return float(np.mean(1.0 - p**generations - (1.0 - p) ** generations))
+
+
+# --- one simulated run ----------------------------------------------------------------------------------------------
+
+
+class EpochStream:
+    """A dataloader: shuffled passes over the dataset (numpy, seeded), handing out ``count`` indices at a time."""
+
+    def __init__(self, size: int, seed: int):
+        self.size, self.rng, self.order, self.position = size, np.random.default_rng(seed), np.empty(0, int), 0
+
+    def take(self, count: int) -> list[int]:
+        out: list[int] = []
+        while len(out) < count:
+            if self.position == len(self.order):
+                self.order, self.position = self.rng.permutation(self.size), 0
+            step = min(count - len(out), len(self.order) - self.position)
+            out.extend(self.order[self.position : self.position + step].tolist())
+            self.position += step
+        return out
+
+
+@dataclass
+class Tally:
+    generated: int = 0  # groups
+    retained: int = 0
+    rounds: list[int] = field(default_factory=list)
+    surplus: int = 0
+    exhausted: int = 0
+    skipped: int = 0
+    readmitted: int = 0
+    never_generated: int = 0
+    longest_gap: int = 0  # most steps any prompt went without being generated (start and end of the run count)
+
+
+class World:
+    """Generates groups: outcome per prompt index at a step (binary rewards, G completions)."""
+
+    def __init__(self, mix: Mix, p0: np.ndarray, generations: int, seed: int):
+        self.mix, self.p0, self.generations = mix, p0, generations
+        self.rng = np.random.default_rng(seed)
+        self.p = p0
+        self.visits = np.zeros(len(p0), dtype=int)
+        self.last_seen = np.full(len(p0), -1)
+        self.longest_gap = np.zeros(len(p0), dtype=int)
+        self.step = 0
+
+    def at_step(self, step: int) -> None:
+        self.p = probabilities_at(self.p0, self.mix, step)
+        self.step = step
+
+    def close(self, steps: int) -> None:
+        self.longest_gap = np.maximum(self.longest_gap, steps - self.last_seen - 1)
+
+    def generate(self, indices: list[int]) -> list[GroupOutcome]:
+        correct = self.rng.binomial(self.generations, self.p[indices])
+        np.add.at(self.visits, indices, 1)
+        self.longest_gap[indices] = np.maximum(self.longest_gap[indices], self.step - self.last_seen[indices] - 1)
+        self.last_seen[indices] = self.step
+        outcomes = np.full(len(indices), GroupOutcome.INFORMATIVE)
+        outcomes[correct == self.generations] = GroupOutcome.ALL_MAX
+        outcomes[correct == 0] = GroupOutcome.ALL_MIN
+        return [GroupOutcome(int(o)) for o in outcomes]
+
+
+def informative_count(outcomes: list[GroupOutcome]) -> int:
+    return sum(outcome == GroupOutcome.INFORMATIVE for outcome in outcomes)
+
+
+def run(strategy: str, mix: Mix, p0: np.ndarray, args: argparse.Namespace, seed: int) -> Tally:
+    target, G = args.groups, args.generations
+    world = World(mix, p0, G, seed=seed + 1)
+    batches = EpochStream(len(p0), seed=seed + 2)
+    refill_stream = RefillSampler(len(p0), seed=seed + 3)
+    confidence = 0.99 if strategy == "planner c=0.99" else args.confidence
+    planner = RefillPlanner(confidence=confidence, decay=args.decay, separate_sources=strategy == "planner+skip")
+    history = PromptHistory(window=args.window, floor=args.floor, seed=seed) if strategy == "planner+skip" else None
+    tally = Tally()
+
+    def refill(count: int, step: int, round_index: int) -> list[int]:
+        if history is None:
+            return refill_stream.take(count)
+        admission = history.admit(refill_stream.take, count, step=step, round_index=round_index)
+        tally.skipped += admission.skipped
+        tally.readmitted += admission.readmitted
+        return admission.admitted
+
+    for step in range(args.steps):
+        world.at_step(step)
+        kept = generated = rounds = 0
+        if strategy == "veRL recipe":
+            while kept < target and rounds < MAX_ROUNDS:
+                outcomes = world.generate(batches.take(VERL_FACTOR * target))
+                kept += informative_count(outcomes)
+                generated += len(outcomes)
+                rounds += 1
+        else:
+            indices = batches.take(target)
+            if strategy.startswith("planner"):
+                indices += refill(planner.first_round(target, rounds_left=MAX_ROUNDS), step, 1)
+            max_rounds = 100 if strategy == "one-by-one" else MAX_ROUNDS
+            while True:
+                outcomes = world.generate(indices)
+                if history is not None:
+                    history.record(indices, outcomes)
+                    own = min(target, len(indices)) if rounds == 0 else 0  # round 1 starts with the batch's own
+                    planner.observe(own, informative_count(outcomes[:own]), source="batch")
+                    planner.observe(len(indices) - own, informative_count(outcomes[own:]), source="refill")
+                else:
+                    planner.observe(len(indices), informative_count(outcomes))
+                kept += informative_count(outcomes)
+                generated += len(indices)
+                rounds += 1
+                missing = target - kept
+                if missing <= 0 or rounds == max_rounds:
+                    break
+                if strategy == "one-by-one":
+                    count = missing
+                elif strategy == "trainer today":
+                    count = plan_refill_groups(missing, generated, kept, max_groups=target)
+                else:
+                    count = planner.next_round(missing, rounds_left=max_rounds - rounds)
+                    if count == 0:
+                        break
+                indices = refill(count, step, rounds + 1)
+            planner.end_step()
+        tally.generated += generated
+        tally.retained += min(kept, target)
+        tally.surplus += max(kept - target, 0)
+        tally.exhausted += kept < target
+        tally.rounds.append(rounds)
+    world.close(args.steps)
+    tally.never_generated = int(np.sum(world.visits == 0))
+    tally.longest_gap = int(world.longest_gap.max())
+    return tally
+
+
+STRATEGIES = ["veRL recipe", "one-by-one", "trainer today", "planner", "planner c=0.99", "planner+skip"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--groups", type=int, default=32, help="informative groups needed per step")
+    parser.add_argument("--generations", type=int, default=8, help="G, completions per group")
+    parser.add_argument("--dataset", type=int, default=2048, help="prompts in the simulated dataset")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--confidence", type=float, default=0.95, help="RefillPlanner(confidence=...)")
+    parser.add_argument("--decay", type=float, default=0.8, help="RefillPlanner(decay=...)")
+    parser.add_argument("--window", type=int, default=1, help="PromptHistory(window=...)")
+    parser.add_argument("--floor", type=float, default=0.1, help="PromptHistory(floor=...)")
+    parser.add_argument("--mixes", nargs="*", help="only these mixes (names as printed)")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    G = args.generations
+    results: dict[str, dict[str, Tally]] = {}
+    print(
+        f"G={G}, {args.groups} groups per step, {args.steps} steps, {args.dataset} prompts, seed {args.seed}; "
+        f"columns per strategy: generated completions per retained group (x the limit G), rounds per step (mean/max), "
+        f"discarded surplus groups per step, exhausted steps; notes: prompts never generated, the longest run of steps "
+        f"any prompt went without being generated"
+    )
+    for mix_number, mix in enumerate(MIXES):
+        if args.mixes and mix.name not in args.mixes:
+            continue
+        p0 = mix.draw(np.random.default_rng(args.seed * 1000 + mix_number), args.dataset)
+        start, end = (expected_retention(probabilities_at(p0, mix, s), G) for s in (0, args.steps - 1))
+        drift = f" -> {end:.2f} at the last step" if mix.drift_per_step else ""
+        print(f"\n## {mix.name}: expected retention {start:.2f}{drift} (no-skipping bound {1 / start:.2f}x G)")
+        print(
+            f"{'strategy':<14} {'compl/retained':>15} {'x G':>6} {'rounds':>11} {'surplus':>8} {'exhausted':>9}  notes"
+        )
+        results[mix.name] = {}
+        for strategy in STRATEGIES:
+            tally = run(strategy, mix, p0, args, seed=args.seed * 1000 + mix_number)
+            results[mix.name][strategy] = tally
+            per_retained = tally.generated / max(tally.retained, 1)
+            rounds = f"{np.mean(tally.rounds):.2f}/{max(tally.rounds)}"
+            notes = f"never generated {tally.never_generated}, longest gap {tally.longest_gap} steps"
+            if strategy == "planner+skip":
+                notes += (
+                    f", skipped {tally.skipped / args.steps:.1f}/step, readmitted {tally.readmitted / args.steps:.1f}"
+                    "/step"
+                )
+            print(
+                f"{strategy:<14} {per_retained * G:>15.1f} {per_retained:>6.2f} {rounds:>11} "
+                f"{tally.surplus / args.steps:>8.1f} {tally.exhausted:>9}  {notes}"
+            )
+    print("\n## Issue 9 targets")
+    failures = 0
+
+    def check(ok: bool, text: str) -> None:
+        nonlocal failures
+        failures += not ok
+        print(f"{'PASS' if ok else 'FAIL'}  {text}")
+
+    for mix_name, by_strategy in results.items():
+        verl, ours, skip = by_strategy["veRL recipe"], by_strategy["planner"], by_strategy["planner+skip"]
+        cost = {name: t.generated / max(t.retained, 1) for name, t in by_strategy.items()}
+        check(cost["planner"] <= cost["veRL recipe"], f"{mix_name}: planner completions/retained <= veRL")
+        surplus_cut = 1 - ours.surplus / max(verl.surplus, 1)
+        check(surplus_cut >= 0.30, f"{mix_name}: planner discards {surplus_cut:.0%} less surplus than veRL (>= 30%)")
+        check(
+            np.mean(ours.rounds) <= np.mean(verl.rounds),
+            f"{mix_name}: planner rounds/step {np.mean(ours.rounds):.3f} <= veRL {np.mean(verl.rounds):.3f}",
+        )
+        if mix_name in ("easy-heavy", "hard-heavy"):
+            cut = 1 - cost["planner+skip"] / cost["veRL recipe"]
+            check(cut >= 0.30, f"{mix_name}: planner+skip generates {cut:.0%} fewer completions/retained (>= 30%)")
+        check(skip.never_generated == 0, f"{mix_name}: planner+skip leaves {skip.never_generated} prompts unvisited")
+        strict = by_strategy["planner c=0.99"]
+        print(
+            f"info  {mix_name}: planner c=0.99: completions/retained {cost['planner c=0.99']:.2f} (veRL "
+            f"{cost['veRL recipe']:.2f}), surplus cut {1 - strict.surplus / max(verl.surplus, 1):.0%}, rounds/step "
+            f"{np.mean(strict.rounds):.3f}"
+        )
+    print(f"\n{failures} target(s) missed; {time.perf_counter() - started:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

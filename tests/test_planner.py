@@ -1,0 +1,242 @@
+"""The refill planner: Beta-Binomial tails, budget and caps, convergence, retention 0, monotonicity, checkpoints."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trl_dapo_ext.planner import RefillPlanner, RetentionEstimate, at_least_probability, beta_binomial_pmf
+
+
+def run_steps(planner: RefillPlanner, retention: float, steps: int, target: int = 32, seed: int = 0) -> list[int]:
+    """Drive the planner through ``steps`` steps at a fixed retention; return the round count of each step."""
+    rng = random.Random(seed)
+    rounds_per_step = []
+    for _ in range(steps):
+        planned, kept, rounds = target + planner.first_round(target), 0, 0
+        while planned:
+            informative = sum(rng.random() < retention for _ in range(planned))
+            planner.observe(planned, informative)
+            kept, rounds = kept + informative, rounds + 1
+            if kept >= target or rounds == 10:
+                break
+            planned = planner.next_round(target - kept, rounds_left=10 - rounds)
+        planner.end_step()
+        rounds_per_step.append(rounds)
+    return rounds_per_step
+
+
+# --- distributions --------------------------------------------------------------------------------------------------
+
+
+def test_beta_binomial_with_a_uniform_rate_makes_every_count_equally_likely():
+    assert beta_binomial_pmf(5, 1.0, 1.0) == pytest.approx([1 / 6] * 6)
+
+
+def test_beta_binomial_with_a_sharp_rate_is_the_binomial():
+    pmf = beta_binomial_pmf(6, 0.3 * 1e7, 0.7 * 1e7)
+    binomial = [math.comb(6, k) * 0.3**k * 0.7 ** (6 - k) for k in range(7)]
+    assert pmf == pytest.approx(binomial, rel=1e-4)
+
+
+def test_tail_of_a_sum_matches_brute_force():
+    a, b = beta_binomial_pmf(3, 2.0, 5.0), beta_binomial_pmf(4, 3.0, 1.0)
+    for needed in range(0, 9):
+        brute = sum(pa * pb for x, pa in enumerate(a) for y, pb in enumerate(b) if x + y >= needed)
+        assert at_least_probability(needed, [(3, 2.0, 5.0), (4, 3.0, 1.0)]) == pytest.approx(brute)
+
+
+def test_retention_estimate_forgets_old_steps():
+    estimate = RetentionEstimate(prior_mean=0.5, prior_strength=2.0)
+    estimate.fold(attempted=100, informative=100, decay=0.5)
+    for _ in range(10):
+        estimate.fold(attempted=100, informative=0, decay=0.5)
+    assert estimate.mean() < 0.01
+    assert min(estimate.alpha_beta()) > 0  # the prior keeps the posterior proper
+
+
+# --- budget and caps ------------------------------------------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    target=st.integers(1, 24),
+    max_oversample=st.floats(1.0, 5.0),
+    budget=st.one_of(st.none(), st.integers(1, 120)),
+    retentions=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=4),
+    confidence=st.floats(0.5, 0.999),
+)
+def test_never_requests_more_than_the_round_cap_or_the_step_budget(
+    target, max_oversample, budget, retentions, confidence
+):
+    planner = RefillPlanner(max_oversample=max_oversample, max_groups_per_step=budget, confidence=confidence)
+    cap = math.ceil(target * max_oversample)
+    for retention in retentions:
+        refill = planner.first_round(target, rounds_left=3)
+        assert 0 <= refill <= cap - target
+        total = target + refill
+        planner.observe(total, int(retention * total))
+        for rounds_left in (2, 1):  # the batch is never filled here: ask twice more
+            refill = planner.next_round(missing_groups=target, rounds_left=rounds_left)
+            assert 0 <= refill <= cap
+            total += refill
+            planner.observe(refill, int(retention * refill))
+        if budget is not None:
+            assert total <= max(budget, target)  # the batch's own groups are there whatever the budget
+        planner.end_step()
+
+
+def test_a_spent_budget_returns_zero_and_a_positive_one_at_least_one():
+    planner = RefillPlanner(max_oversample=2.0, max_groups_per_step=20)
+    assert planner.first_round(8) == 8  # cap 16 - 8 (no evidence yet: the largest round allowed)
+    planner.observe(16, 0)
+    assert planner.next_round(missing_groups=8) == 4  # what is left of 20
+    planner.observe(4, 0)
+    assert planner.next_round(missing_groups=8) == 0  # budget spent: the trainer stops
+    planner = RefillPlanner()
+    planner.first_round(8)
+    planner.observe(8, 8)
+    assert planner.next_round(missing_groups=1) >= 1  # something missing and budget left: never 0
+
+
+def test_nothing_missing_needs_no_round():
+    planner = RefillPlanner()
+    planner.first_round(8)
+    assert planner.next_round(missing_groups=0) == 0
+    assert planner.first_round(0) == 0
+
+
+# --- convergence and calibration ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("retention", [0.25, 0.5, 0.8])
+def test_converges_to_missing_over_retention_plus_a_margin(retention):
+    planner = RefillPlanner(max_oversample=8.0)
+    run_steps(planner, retention, steps=30, target=32)
+    first = 32 + planner.first_round(32)
+    assert 32 / retention <= first <= 1.6 * 32 / retention
+    planner.observe(first, int(first * retention))
+    later = planner.next_round(missing_groups=20)
+    assert 20 / retention <= later <= 1.8 * 20 / retention
+
+
+def test_one_round_suffices_about_as_often_as_the_confidence_says():
+    rounds = run_steps(RefillPlanner(confidence=0.9), retention=0.5, steps=300, target=32, seed=1)
+    one_round = sum(r == 1 for r in rounds[10:]) / len(rounds[10:])  # after a short warm-up
+    assert 0.85 <= one_round <= 0.99  # calibrated: not far from 0.9 either way
+
+
+def test_higher_confidence_means_fewer_second_rounds():
+    loose = run_steps(RefillPlanner(confidence=0.6), retention=0.5, steps=150, seed=2)
+    tight = run_steps(RefillPlanner(confidence=0.99), retention=0.5, steps=150, seed=2)
+    assert sum(tight) < sum(loose)
+
+
+def test_follows_a_drifting_retention():
+    planner = RefillPlanner(max_oversample=8.0)
+    run_steps(planner, retention=0.8, steps=20)
+    high = planner.first_round(32)
+    planner.end_step()
+    run_steps(planner, retention=0.3, steps=20)
+    assert planner.first_round(32) > 2 * high
+
+
+# --- retention 0 ----------------------------------------------------------------------------------------------------
+
+
+def test_retention_zero_asks_for_the_largest_round_without_dividing_by_zero():
+    planner = RefillPlanner(max_oversample=3.0, prior_strength=1e-9)
+    for _ in range(50):
+        assert planner.first_round(10) == 20
+        planner.observe(30, 0)
+        assert planner.next_round(missing_groups=10, rounds_left=1) == 30
+        planner.observe(30, 0)
+        planner.end_step()
+    assert planner.expected_retention() < 1e-6
+
+
+# --- monotonicity ---------------------------------------------------------------------------------------------------
+
+
+@settings(max_examples=40, deadline=None)
+@given(attempted=st.integers(1, 200), data=st.data(), missing=st.integers(1, 30))
+def test_plans_grow_with_what_is_missing_and_shrink_with_retention(attempted, data, missing):
+    informative = data.draw(st.integers(0, attempted))
+
+    def plan(informative_seen: int, missing_groups: int, **kwargs) -> int:
+        planner = RefillPlanner(max_oversample=6.0, **kwargs)
+        planner.first_round(32)
+        planner.observe(attempted, informative_seen)
+        return planner.next_round(missing_groups)
+
+    assert plan(informative, missing) <= plan(informative, missing + 1)
+    if informative < attempted:
+        assert plan(informative + 1, missing) <= plan(informative, missing)
+    assert plan(informative, missing, confidence=0.8) <= plan(informative, missing, confidence=0.99)
+    assert plan(informative, missing) <= plan(informative, missing, num_processes=4)
+
+
+def test_the_last_round_aims_higher():
+    planner = RefillPlanner(max_oversample=8.0)
+    run_steps(planner, 0.5, steps=10)
+    planner.first_round(32)
+    planner.observe(64, 24)
+    assert planner.next_round(8, rounds_left=1) > planner.next_round(8, rounds_left=5)
+
+
+def test_separate_sources_trust_a_better_refill_stream():
+    pooled, separate = RefillPlanner(max_oversample=8.0), RefillPlanner(max_oversample=8.0, separate_sources=True)
+    for planner in (pooled, separate):
+        for _ in range(10):
+            refill = planner.first_round(32)
+            planner.observe(32, 8, source="batch")  # the dataloader's prompts: retention 1/4
+            planner.observe(refill, int(refill * 0.8), source="refill")  # a filtered refill stream: 4/5
+            planner.end_step()
+    assert separate.first_round(32) < pooled.first_round(32)
+    assert separate.expected_retention("refill") > 0.7 > 0.3 > separate.expected_retention("batch")
+
+
+# --- checkpoints and validation -------------------------------------------------------------------------------------
+
+
+def test_state_round_trip_gives_identical_plans():
+    original = RefillPlanner(separate_sources=True)
+    run_steps(original, 0.4, steps=7)
+    original.first_round(32)
+    original.observe(40, 17, source="batch")  # a step in progress
+    restored = RefillPlanner(separate_sources=True)
+    restored.load_state_dict(json.loads(json.dumps(original.state_dict())))
+    assert restored.state_dict() == original.state_dict()
+    assert restored.next_round(9, rounds_left=3) == original.next_round(9, rounds_left=3)
+    restored.end_step(), original.end_step()
+    assert restored.first_round(32) == original.first_round(32)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"max_oversample": 0.5},
+        {"max_groups_per_step": 0},
+        {"confidence": 1.0},
+        {"last_round_confidence": 0.0},
+        {"decay": 1.5},
+        {"prior_retention": 0.0},
+        {"num_processes": 0},
+    ],
+)
+def test_rejects_invalid_settings(kwargs):
+    with pytest.raises(ValueError):
+        RefillPlanner(**kwargs)
+
+
+def test_rejects_impossible_counts():
+    planner = RefillPlanner()
+    with pytest.raises(ValueError):
+        planner.observe(attempted=3, informative=4)
+    with pytest.raises(ValueError):
+        planner.observe(attempted=3, informative=1, source="elsewhere")
