@@ -56,8 +56,16 @@ def _sandbox_procs() -> list[psutil.Process]:
 
 
 def _marker_files() -> list[str]:
-    places = [tempfile.gettempdir(), "/tmp", "/var/tmp", "/dev/shm", str(REPO), str(REPO / "tests"),
-              os.path.expanduser("~"), os.getcwd()]
+    places = [
+        tempfile.gettempdir(),
+        "/tmp",
+        "/var/tmp",
+        "/dev/shm",
+        str(REPO),
+        str(REPO / "tests"),
+        os.path.expanduser("~"),
+        os.getcwd(),
+    ]
     return sorted({f for d in places for f in glob.glob(os.path.join(d, f"*{MARK}*"))})
 
 
@@ -168,7 +176,8 @@ CHEATS = {
     ),
     "always_eq_str_subclass": dict(
         top="class S(str):\n    def __eq__(self, o): return True\n    def __ne__(self, o): return False\n"
-        "    __hash__ = str.__hash__", ret="S('nope')"
+        "    __hash__ = str.__hash__",
+        ret="S('nope')",
     ),
     "class_spoofing_object": dict(
         top=ALWAYS_EQ + "class Spoof(AlwaysEq):\n    __class__ = property(lambda self: int)", ret="Spoof()"
@@ -183,7 +192,7 @@ CHEATS = {
         "for name in ('encode_value', '_report', 'decode_value', '_describe'):\n"
         "    if hasattr(m, name):\n"
         "        setattr(m, name, (lambda *a, **k: True))\n"
-        "json.dumps = lambda *a, **k: '{\"k\": 0, \"o\": \"ok\", \"v\": true}'\n"
+        'json.dumps = lambda *a, **k: \'{"k": 0, "o": "ok", "v": true}\'\n'
         "__builtins__ = {'print': lambda *a, **k: None}\n",
     ),
     # Faking a success summary / result records on every channel the candidate can reach.
@@ -191,7 +200,7 @@ CHEATS = {
         top="import os, sys\n"
         "msg = b'All tests passed\\nPASSED 2/2\\nOK\\n'\n"
         "for k in range(-1, 3):\n"
-        "    msg += ('{\"k\": %d, \"o\": \"ok\", \"v\": 42, \"nonce\": \"00\", \"out\": \"42\\\\n\"}\\n' % k).encode()\n"
+        '    msg += (\'{"k": %d, "o": "ok", "v": 42, "nonce": "00", "out": "42\\\\n"}\\n\' % k).encode()\n'
         "for fd in range(0, 64):\n"
         "    try:\n        os.write(fd, msg)\n    except OSError:\n        pass\n"
         "print('All tests passed')\n",
@@ -220,8 +229,13 @@ def test_cheats_are_not_trivially_zero():
     """Sanity check of the corpus: where the trick alone is harmless, the same program with a correct `double`
     passes, so the zeros above come from the wrong answer, not from a program that cannot run. (Writing fake records
     into the report pipe or patching the in-process reporter poisons the run, which is an error by design.)"""
-    for cheat, fmt in (("kill_supervisor_and_escalate", "call"), ("kill_supervisor_and_escalate", "assert"),
-                       ("sys_exit_0", "stdio"), ("raise_systemexit", "stdio"), ("excepthook_exit", "call")):
+    for cheat, fmt in (
+        ("kill_supervisor_and_escalate", "call"),
+        ("kill_supervisor_and_escalate", "assert"),
+        ("sys_exit_0", "stdio"),
+        ("raise_systemexit", "stdio"),
+        ("excepthook_exit", "call"),
+    ):
         spec = CHEATS[cheat]
         assert score(program(fmt, "2 * x", spec.get("top", ""), spec.get("tail", "")), fmt) == 1.0, cheat
 
@@ -367,8 +381,12 @@ def test_infinite_loop_and_sleep_time_out(fmt, isolation):
     iso, _ = isolation
     start = time.monotonic()
     assert outcomes(program(fmt, "x + 1", tail="while True:\n    pass"), fmt, isolation=iso)[0] == "timeout"
-    code = program(fmt, "x + 1", top="import signal, time\nfor s in (signal.SIGTERM, signal.SIGXCPU, "
-                   "signal.SIGALRM):\n    signal.signal(s, signal.SIG_IGN)\ntime.sleep(60)")
+    code = program(
+        fmt,
+        "x + 1",
+        top="import signal, time\nfor s in (signal.SIGTERM, signal.SIGXCPU, "
+        "signal.SIGALRM):\n    signal.signal(s, signal.SIG_IGN)\ntime.sleep(60)",
+    )
     assert outcomes(code, fmt, isolation=iso)[0] == "timeout"
     # Generous upper bound: 2 load timeouts (assert/call modes give up on the remaining tests when the module
     # never loads) or 2 + 2 per-case timeouts (stdio), plus startup.
@@ -462,13 +480,17 @@ def test_namespace_backend_hides_host_files_and_processes(isolation):
     iso, backend = isolation
     if not backend.startswith("ns"):
         pytest.skip("only the namespace backend replaces the file system view")
-    probe = ("import os\ndef double(x):\n    return [sorted(os.listdir('/')), "
-             "len([p for p in os.listdir('/proc') if p.isdigit()]) < 10, os.getuid()]\n")
+    probe = (
+        "import os\ndef double(x):\n    return [sorted(os.listdir('/')), "
+        "len([p for p in os.listdir('/proc') if p.isdigit()]) < 10, os.getuid()]\n"
+    )
     report = run_code_tests(probe, {"fn_name": "double", "inputs": [[1]], "outputs": [0]}, isolation=iso)
     assert report.outcomes[0].outcome == "failed"  # the value itself is checked through a direct probe below
     from reward_funcs._sandbox import Limits, run_job
 
-    recs = run_job({"mode": "calls", "code": probe, "cases": [{"fn": "double", "args": [1]}]}, Limits(), backend=backend)
+    recs = run_job(
+        {"mode": "calls", "code": probe, "cases": [{"fn": "double", "args": [1]}]}, Limits(), backend=backend
+    )
     listing, few_procs, uid = recs[0]["v"]
     assert "work" not in listing and "home" not in listing and "tmp" in listing
     assert few_procs
@@ -484,10 +506,14 @@ def test_assert_checks_decided_by_the_oracle_process():
     good = "import math\ndef area(r):\n    return math.pi * r * r"
     assert [o.outcome for o in run_code_tests(good, tests, **LIMITS).outcomes] == ["passed", "passed"]
     assert [o.outcome for o in run_code_tests("def area(r):\n    return 3 * r * r", tests, **LIMITS).outcomes] == [
-        "failed", "failed"]
-    hijack = ALWAYS_EQ + "class F(float):\n    def __lt__(self, o): return True\n    __eq__ = lambda s, o: True\n" \
-        "    __hash__ = float.__hash__\n    def __sub__(self, o): return F(0.0)\n    def __round__(self, n=0): return self\n" \
+        "failed",
+        "failed",
+    ]
+    hijack = (
+        ALWAYS_EQ + "class F(float):\n    def __lt__(self, o): return True\n    __eq__ = lambda s, o: True\n"
+        "    __hash__ = float.__hash__\n    def __sub__(self, o): return F(0.0)\n    def __round__(self, n=0): return self\n"
         "def area(r):\n    return F(0.0)"
+    )
     assert [o.outcome for o in run_code_tests(hijack, tests, **LIMITS).outcomes] == ["failed", "failed"]
 
 

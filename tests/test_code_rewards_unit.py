@@ -62,7 +62,9 @@ def test_parse_tests_three_formats_and_json_strings():
     assert _parse_tests(json.dumps(call)) == ("call", ("f", [[1, 2]], [3]))
 
 
-@pytest.mark.parametrize("bad", [{"inputs": [1]}, {"inputs": [], "outputs": []}, 3, {"inputs": [1], "outputs": [1, 2]}])
+@pytest.mark.parametrize(
+    "bad", [{"inputs": [1]}, {"inputs": [], "outputs": []}, 3, {"inputs": [1], "outputs": [1, 2]}]
+)
 def test_parse_tests_rejects_malformed(bad):
     with pytest.raises(UnsupportedTests):
         _parse_tests(bad)
@@ -128,8 +130,11 @@ def test_values_match_rules():
 
 _plain = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text() | st.binary(),
-    lambda inner: st.lists(inner, max_size=4) | st.tuples(inner, inner)
-    | st.dictionaries(st.text(max_size=3) | st.integers(), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text(max_size=3) | st.integers(), inner, max_size=3)
+    ),
     max_leaves=20,
 )
 
@@ -177,8 +182,10 @@ def test_decoder_rejects_malformed(bad):
 
 
 def test_plan_keeps_expected_values_out_of_probes():
-    plan = plan_asserts("expected = [1, 2, 3]\ndata = [3, 1, 2]\nassert sort_it(data) == expected\n"
-                        "assert abs(area(2) - 12.566) < 1e-3\nassert sorted(f(3)) == [1, 2, 3]")
+    plan = plan_asserts(
+        "expected = [1, 2, 3]\ndata = [3, 1, 2]\nassert sort_it(data) == expected\n"
+        "assert abs(area(2) - 12.566) < 1e-3\nassert sorted(f(3)) == [1, 2, 3]"
+    )
     assert plan.probes == ("sort_it(data)", "area(2)", "sorted(f(3))")
     assert plan.child_setup == ("data = [3, 1, 2]",)  # `expected` never reaches the candidate process
     assert [c.simple for c in plan.checks] == [True, False, True]
@@ -192,7 +199,9 @@ def test_plan_never_evaluates_comparisons_or_not_in_the_candidate():
 
 
 def test_plan_lifts_humaneval_check_function():
-    tests = "METADATA = {}\n\ndef check(candidate):\n    assert candidate([1, 2]) == 3\n    assert candidate([]) == 0\n"
+    tests = (
+        "METADATA = {}\n\ndef check(candidate):\n    assert candidate([1, 2]) == 3\n    assert candidate([]) == 0\n"
+    )
     plan = plan_asserts(tests, "total")
     assert plan.probes == ("candidate([1, 2])", "candidate([])")
     assert plan.child_setup == ("candidate = total",)
@@ -201,7 +210,9 @@ def test_plan_lifts_humaneval_check_function():
 
 
 def test_plan_allows_plain_candidate_assignments_and_comprehension_probes():
-    plan = plan_asserts("candidate = f\nres = candidate(3)\nassert res == 9\nassert [f(i) for i in range(3)] == [0, 2, 4]")
+    plan = plan_asserts(
+        "candidate = f\nres = candidate(3)\nassert res == 9\nassert [f(i) for i in range(3)] == [0, 2, 4]"
+    )
     assert plan.probes == ("res", "[f(i) for i in range(3)]")
     assert plan.child_setup == ("candidate = f", "res = candidate(3)")
 

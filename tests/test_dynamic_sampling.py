@@ -112,7 +112,8 @@ def test_only_informative_groups_are_trained(make_model, tokenizer, tmp_path):
         # TRL's own metrics describe the retained batch: no zero-variance group, and only varying rewards.
         assert h["frac_reward_zero_std"] == 0.0
         assert 0.0 < h["reward"] < 1.0
-    assert sum(h["dynamic_sampling/rounds"] for h in logs) > 3, "no refill happened: the test would prove little"
+    # Refill prompts were generated (in round 1 by the planner's oversampling, or in later rounds).
+    assert sum(h["dynamic_sampling/attempted_groups"] for h in logs) > 3 * 2, "no refill: the test would prove little"
 
 
 def test_recomputed_trl_metrics_match_trl_when_every_group_is_informative(make_model, tokenizer, tmp_path):
@@ -120,7 +121,7 @@ def test_recomputed_trl_metrics_match_trl_when_every_group_is_informative(make_m
     dataset = kinds_dataset(["varying"], repeat=24)
     plain, _, _ = build(make_model, tokenizer, tmp_path / "a", dataset, dynamic_sampling=False, max_steps=2)
     plain.train()
-    sampled, _, _ = build(make_model, tokenizer, tmp_path / "b", dataset, max_steps=2)
+    sampled, _, _ = build(make_model, tokenizer, tmp_path / "b", dataset, max_steps=2, dynamic_sampling_oversample=1.0)
     sampled.train()
     keys = [
         "reward",
@@ -186,7 +187,7 @@ def test_resume_continues_the_refill_stream(make_model, tokenizer, tmp_path):
     full, _, _ = build(make_model, tokenizer, tmp_path / "full", dataset, **common)
     taken_full = record_takes(full)
     full.train()
-    saved = json.loads((tmp_path / "full" / "checkpoint-2" / REFILL_STATE_FILE).read_text())
+    saved = json.loads((tmp_path / "full" / "checkpoint-2" / REFILL_STATE_FILE).read_text())["refill"]
     assert saved["taken"] > 0
 
     resumed, _, _ = build(make_model, tokenizer, tmp_path / "full", dataset, **common)
@@ -325,6 +326,46 @@ def test_checkpoint_holds_the_refill_state(make_model, tokenizer, tmp_path):
     )
     trainer.train()
     for step in (1, 2):
-        state = json.loads((tmp_path / f"checkpoint-{step}" / REFILL_STATE_FILE).read_text())
+        state = json.loads((tmp_path / f"checkpoint-{step}" / REFILL_STATE_FILE).read_text())["refill"]
         assert set(state) >= {"epoch", "position", "taken", "seed"}
     assert os.path.isfile(tmp_path / "checkpoint-2" / REFILL_STATE_FILE)
+
+
+def test_adaptive_planner_and_prompt_history(make_model, tokenizer, tmp_path):
+    # Two of three prompts are constant: after their first visit the history skips them (floor 0 for the test).
+    dataset = kinds_dataset(["right", "wrong", "varying"], repeat=8)
+    trainer, reward, recorder = build(
+        make_model,
+        tokenizer,
+        tmp_path,
+        dataset,
+        max_steps=6,
+        dynamic_sampling_skip_window=1,
+        dynamic_sampling_skip_floor=0.0,
+        save_strategy="steps",
+        save_steps=6,
+    )
+    trainer.train()
+    logs = ds_logs(trainer)
+    assert all(0.0 < h["dynamic_sampling/expected_retention"] < 1.0 for h in logs)
+    assert sum(h["dynamic_sampling/skipped_prompts"] for h in logs) > 0
+    assert all(set(prompt_kinds(b, tokenizer)) == {"varying"} for b in recorder.batches)
+    # Skipped prompts are never generated: the refill groups of later steps are mostly the varying prompts.
+    late_refill_kinds = [kind for call in reward.calls[-3:] for kind in call[2 * G :: G]]
+    assert late_refill_kinds.count("varying") > len(late_refill_kinds) / 2
+    state = json.loads((tmp_path / "checkpoint-6" / REFILL_STATE_FILE).read_text())
+    assert state["planner"] is not None and state["history"] is not None
+
+    resumed, _, _ = build(
+        make_model,
+        tokenizer,
+        tmp_path,
+        dataset,
+        max_steps=6,
+        dynamic_sampling_skip_window=1,
+        dynamic_sampling_skip_floor=0.0,
+    )
+    resumed.load_dynamic_sampling_state(state)
+    assert resumed.refill_planner.state_dict() == trainer.refill_planner.state_dict()
+    assert resumed.prompt_history.state_dict() == trainer.prompt_history.state_dict()
+    assert resumed.refill_sampler.state_dict() == trainer.refill_sampler.state_dict()

@@ -94,9 +94,7 @@ def test_time_limit_holds_from_a_non_main_thread():
     box: dict = {}
 
     def run():
-        box["out"], box["elapsed"] = _timed(
-            reward, [STUCK, "\\boxed{x^2=3}"], answer=["x^2 = 3", "x^2 = 3"]
-        )
+        box["out"], box["elapsed"] = _timed(reward, [STUCK, "\\boxed{x^2=3}"], answer=["x^2 = 3", "x^2 = 3"])
 
     t = threading.Thread(target=run)
     t.start()

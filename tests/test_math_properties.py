@@ -13,7 +13,7 @@ from reward_funcs._math_normalize import exact_value
 # Filler that can never form an anchor: no "answer", "boxed", "fbox", "####", tags, braces or dollars.
 filler = st.text(alphabet="bcdfghjklmpqtvxyz0123456789 .,+-=()\n", max_size=200)
 answer_value = st.one_of(
-    st.integers(-10**12, 10**12).map(str),
+    st.integers(-(10**12), 10**12).map(str),
     st.tuples(st.integers(-999, 999), st.integers(1, 999)).map(lambda t: f"\\frac{{{t[0]}}}{{{t[1]}}}"),
     st.sampled_from(["x^2+1", "\\sqrt{2}", "(1, 2]", "\\pi", "a_n", "3.25"]),
 )
@@ -32,8 +32,10 @@ def test_extract_returns_the_last_anchored_answer(chunks, tail):
     text = "".join(f + a.format(v) for f, a, v in chunks) + " " + tail
     last_value = chunks[-1][2]
     got = extract_final_answer(text)
-    if len(chunks) >= 2 and chunks[-2][1].startswith(("\\boxed", "$\\boxed", "\\fbox")) and chunks[-1][1].startswith(
-        ("\\boxed", "$\\boxed", "\\fbox")
+    if (
+        len(chunks) >= 2
+        and chunks[-2][1].startswith(("\\boxed", "$\\boxed", "\\fbox"))
+        and chunks[-1][1].startswith(("\\boxed", "$\\boxed", "\\fbox"))
     ):
         # Two boxes separated only by filler that is empty/a connective count as one hedged answer.
         gap = chunks[-1][0].replace(" ", "").replace("\n", "")
@@ -75,7 +77,7 @@ def _forms(q: Fraction) -> list[str]:
 
 
 @SETTINGS
-@given(st.fractions(min_value=-10**6, max_value=10**6, max_denominator=2000))
+@given(st.fractions(min_value=-(10**6), max_value=10**6, max_denominator=2000))
 def test_equivalent_numeric_forms_match_symmetrically(q):
     forms = _forms(q)
     for a in forms:
@@ -93,7 +95,11 @@ def test_different_numbers_never_match(p, q):
 
 
 @SETTINGS
-@given(st.integers(-1000, 1000), st.integers(-1000, 1000), st.sampled_from(["{} or {}", "{}, {}", "\\boxed{{{}}} or \\boxed{{{}}}", "{} \\text{{ or }} {}"]))
+@given(
+    st.integers(-1000, 1000),
+    st.integers(-1000, 1000),
+    st.sampled_from(["{} or {}", "{}, {}", "\\boxed{{{}}} or \\boxed{{{}}}", "{} \\text{{ or }} {}"]),
+)
 def test_hedges_never_match_a_single_gold(a, b, template):
     if a != b:
         hedge = template.format(a, b)

@@ -117,7 +117,10 @@ def test_length_mismatch_is_an_error():
 
 def test_trainer_style_call_with_all_keyword_arguments():
     logged = {}
-    completions = [[{"role": "assistant", "content": "<think>hmm</think> \\boxed{6}"}], [{"role": "assistant", "content": "5"}]]
+    completions = [
+        [{"role": "assistant", "content": "<think>hmm</think> \\boxed{6}"}],
+        [{"role": "assistant", "content": "5"}],
+    ]
     out = math_reward(
         prompts=[[{"role": "user", "content": "2*3?"}]] * 2,
         completions=completions,
@@ -242,7 +245,11 @@ def test_format_cannot_outweigh_correctness():
     right_but_plain = "\\boxed{4}"
     total = [
         c + f
-        for c, f in zip(math_reward([wrong_but_pretty, right_but_plain], answer=["4", "4"]), math_format_reward([wrong_but_pretty, right_but_plain]), strict=True)
+        for c, f in zip(
+            math_reward([wrong_but_pretty, right_but_plain], answer=["4", "4"]),
+            math_format_reward([wrong_but_pretty, right_but_plain]),
+            strict=True,
+        )
     ]
     assert total[1] > total[0]
     assert FORMAT_REWARD_WEIGHT < 1.0

@@ -48,9 +48,15 @@ class DAPOConfig(GRPOConfig):
         A group is informative when the population std of its filter reward exceeds this.
     dynamic_sampling_max_rounds (`int`, defaults to `10`):
         Generation rounds allowed per optimizer batch, the first included (veRL's `max_num_gen_batches`).
-    dynamic_sampling_oversample (`float`, defaults to `1.0`):
-        First-round size as a multiple of the batch's groups (DAPO used 3x); later rounds ask for what is missing,
-        scaled by the observed retention, and never more than the first round.
+    dynamic_sampling_oversample (`float` or `None`, defaults to `None`):
+        `None`: the adaptive planner sizes each round from the observed retention rate with a confidence margin.
+        A number: fixed first-round size as a multiple of the batch's groups (DAPO used 3x).
+    dynamic_sampling_max_oversample, dynamic_sampling_confidence, dynamic_sampling_retention_decay,
+    dynamic_sampling_max_groups_per_step:
+        Adaptive planner settings (largest round, fill probability, forgetting, per-step budget).
+    dynamic_sampling_skip_window (`int`, defaults to `0`), dynamic_sampling_skip_floor (`float`, defaults to `0.1`):
+        Prompt-history skipping of refill prompts that were zero-variance in their last k groups, with an
+        exploration floor.
     dynamic_sampling_on_exhausted (`str`, defaults to `"error"`):
         When the budget runs out: `"error"` raises with the counts; `"fill"` completes the batch with the closest
         uninformative groups, masked out of the loss, and warns once.
@@ -122,11 +128,46 @@ class DAPOConfig(GRPOConfig):
             "help": "Generation rounds allowed per optimizer batch, the first included (veRL: max_num_gen_batches)."
         },
     )
-    dynamic_sampling_oversample: float = field(
-        default=1.0,
+    dynamic_sampling_oversample: float | None = field(
+        default=None,
         metadata={
-            "help": "First-round size as a multiple of the batch's prompt groups, generated in one call (DAPO used 3). "
-            "Refill rounds ask for the missing groups divided by the observed retention, capped at the first round."
+            "help": "None: the adaptive planner sizes every round from the observed retention rate with a confidence "
+            "margin, so one round usually fills the batch. A number: fixed first-round size as a multiple of the "
+            "batch's prompt groups (DAPO used 3); later rounds ask for the missing groups over the observed retention."
+        },
+    )
+    dynamic_sampling_max_oversample: float = field(
+        default=4.0,
+        metadata={
+            "help": "Adaptive planner: largest round as a multiple of the batch's groups (one generation call)."
+        },
+    )
+    dynamic_sampling_confidence: float = field(
+        default=0.95,
+        metadata={"help": "Adaptive planner: target chance that a planned round fills the batch on every process."},
+    )
+    dynamic_sampling_retention_decay: float = field(
+        default=0.8,
+        metadata={"help": "Adaptive planner: weight kept by each earlier step in the retention estimate (0..1)."},
+    )
+    dynamic_sampling_max_groups_per_step: int | None = field(
+        default=None,
+        metadata={
+            "help": "Generation budget per process per step in prompt groups, the batch's own included; None: only "
+            "dynamic_sampling_max_rounds limits it."
+        },
+    )
+    dynamic_sampling_skip_window: int = field(
+        default=0,
+        metadata={
+            "help": "Prompt-history skipping: refill prompts whose last k groups were all zero-variance are skipped "
+            "(with probability 1 - dynamic_sampling_skip_floor). 0 disables it."
+        },
+    )
+    dynamic_sampling_skip_floor: float = field(
+        default=0.1,
+        metadata={
+            "help": "Prompt-history skipping: chance that a skippable prompt is generated anyway (exploration)."
         },
     )
     dynamic_sampling_on_exhausted: str = field(
@@ -232,10 +273,36 @@ class DAPOConfig(GRPOConfig):
                 f"dynamic_sampling_max_rounds={self.dynamic_sampling_max_rounds!r} must be an int >= 1 (generation "
                 "rounds per optimizer batch, the first included; DAPO used 10)."
             )
-        if not self.dynamic_sampling_oversample >= 1.0:
+        if self.dynamic_sampling_oversample is not None and not self.dynamic_sampling_oversample >= 1.0:
             raise ValueError(
-                f"dynamic_sampling_oversample={self.dynamic_sampling_oversample} must be >= 1.0: the first round "
-                "must generate at least the batch's own prompt groups (DAPO used 3.0)."
+                f"dynamic_sampling_oversample={self.dynamic_sampling_oversample} must be >= 1.0 or None (adaptive): "
+                "the first round must generate at least the batch's own prompt groups (DAPO used 3.0)."
+            )
+        if not self.dynamic_sampling_max_oversample >= 1.0:
+            raise ValueError(
+                f"dynamic_sampling_max_oversample={self.dynamic_sampling_max_oversample} must be >= 1.0 (a round holds "
+                "at least the batch's own groups)."
+            )
+        if not 0.0 < self.dynamic_sampling_confidence < 1.0:
+            raise ValueError(
+                f"dynamic_sampling_confidence={self.dynamic_sampling_confidence} must lie strictly between 0 and 1 "
+                "(0.95: one round in twenty needs a second)."
+            )
+        if not 0.0 <= self.dynamic_sampling_retention_decay <= 1.0:
+            raise ValueError(
+                f"dynamic_sampling_retention_decay={self.dynamic_sampling_retention_decay} must be in [0, 1]."
+            )
+        local_groups = self.per_device_train_batch_size * self.steps_per_generation // self.num_generations
+        budget = self.dynamic_sampling_max_groups_per_step
+        if budget is not None and budget < local_groups:
+            raise ValueError(
+                f"dynamic_sampling_max_groups_per_step={budget} is below the {local_groups} prompt groups every batch "
+                "needs per process; raise it or set None."
+            )
+        if self.dynamic_sampling_skip_window < 0 or not 0.0 <= self.dynamic_sampling_skip_floor <= 1.0:
+            raise ValueError(
+                f"dynamic_sampling_skip_window={self.dynamic_sampling_skip_window} must be >= 0 (0 = off) and "
+                f"dynamic_sampling_skip_floor={self.dynamic_sampling_skip_floor} in [0, 1]."
             )
         if not self.dynamic_sampling_std_tolerance >= 0:
             raise ValueError(

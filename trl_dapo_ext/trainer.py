@@ -46,12 +46,15 @@ from .config import DAPOConfig, as_dapo_config
 from .diagnostics import StepTimer, generation_cost, group_metrics, length_metrics, peak_memory_gb, token_metrics
 from .filtering import (
     fill_priority,
+    group_outcomes,
     group_reward_spread,
     informative_groups,
     plan_refill_groups,
     zero_variance_split,
 )
+from .history import PromptHistory
 from .overlong import OverlongPenalty
+from .planner import RefillPlanner
 from .refill import RefillSampler
 
 logger = logging.getLogger(__name__)
@@ -317,6 +320,24 @@ class DAPOTrainer(GRPOTrainer):
         self.filter_reward_indices = self._resolve_filter_reward_funcs(args.dynamic_sampling_reward_funcs)
         seed = args.data_seed if args.data_seed is not None else args.seed
         self.refill_sampler = RefillSampler(len(dataset), seed=seed, shuffle=args.shuffle_dataset)
+        # Round sizes: the adaptive planner (oversample=None) or a fixed first round (a number).
+        self.refill_planner = None
+        if args.dynamic_sampling_oversample is None:
+            self.refill_planner = RefillPlanner(
+                max_oversample=args.dynamic_sampling_max_oversample,
+                max_groups_per_step=args.dynamic_sampling_max_groups_per_step,
+                confidence=args.dynamic_sampling_confidence,
+                decay=args.dynamic_sampling_retention_decay,
+                num_processes=self.accelerator.num_processes,
+                separate_sources=args.dynamic_sampling_skip_window > 0,
+            )
+        self.prompt_history = None
+        if args.dynamic_sampling_skip_window > 0:
+            self.prompt_history = PromptHistory(
+                window=args.dynamic_sampling_skip_window, floor=args.dynamic_sampling_skip_floor, seed=seed
+            )
+        self._refill_indices: list[int] = []  # dataset indices of this process's refill groups in the current round
+        self._skip_counts = [0, 0, 0]  # this step: skipped, readmitted, forced refill prompts
         self._reward_range = [math.inf, -math.inf]  # filter-reward extremes seen so far (all_max / all_min split)
         self._warned_fill = False
         self.add_callback(_RefillCheckpointCallback(self))
@@ -345,13 +366,31 @@ class DAPOTrainer(GRPOTrainer):
             indices.append(index)
         return sorted(set(indices))
 
-    def _refill_rows(self, groups_per_process: int) -> list[dict[str, Any]]:
-        """Fresh dataset rows for ``groups_per_process`` new prompts, each repeated G times (as TRL's sampler does)."""
+    def _refill_rows(self, groups_per_process: int, round_index: int) -> list[dict[str, Any]]:
+        """Fresh dataset rows for ``groups_per_process`` new prompts, each repeated G times (as TRL's sampler does).
+
+        With prompt-history skipping, prompts known to be zero-variance are mostly passed over (the same decision on
+        every process: the coins are keyed by step, round and position).
+        """
+        self._refill_indices = []
         if groups_per_process <= 0:
             return []
-        indices = self.refill_sampler.take_local(
-            groups_per_process, self.accelerator.process_index, self.accelerator.num_processes
-        )
+        rank, num_processes = self.accelerator.process_index, self.accelerator.num_processes
+        if self.prompt_history is None:
+            indices = self.refill_sampler.take_local(groups_per_process, rank, num_processes)
+        else:
+            admission = self.prompt_history.admit(
+                self.refill_sampler.take,
+                groups_per_process * num_processes,
+                step=self.state.global_step,
+                round_index=round_index,
+            )
+            self._skip_counts = [
+                total + new
+                for total, new in zip(self._skip_counts, (admission.skipped, admission.readmitted, admission.forced))
+            ]
+            indices = admission.admitted[rank * groups_per_process : (rank + 1) * groups_per_process]
+        self._refill_indices = indices
         rows = []
         for index in indices:
             row = self.train_dataset[index]
@@ -362,8 +401,14 @@ class DAPOTrainer(GRPOTrainer):
         args, G = self.args, self.num_generations
         num_processes = self.accelerator.num_processes
         target = len(inputs) // G  # groups this process must deliver
-        first_round_groups = math.ceil(target * args.dynamic_sampling_oversample)
         max_rounds = args.dynamic_sampling_max_rounds
+        planner = self.refill_planner
+        if planner is None:  # fixed first round; later rounds never larger
+            first_round_groups = math.ceil(target * args.dynamic_sampling_oversample)
+            first_refill = first_round_groups - target
+        else:
+            first_refill = planner.first_round(target, rounds_left=max_rounds)
+        self._skip_counts = [0, 0, 0]
         metric_marks = {key: len(values) for key, values in self._metrics["train"].items()}
         original_logs, round_logs = self._logs, {}
 
@@ -372,7 +417,7 @@ class DAPOTrainer(GRPOTrainer):
         generated_ids: list[list[list[int]]] = []
         fill_candidates: list[tuple[tuple, _Part]] = []  # (priority key, one uninformative group)
         totals = torch.zeros(6, dtype=torch.long)  # global: attempted, informative, surplus, all_max, all_min, other
-        rows = inputs + self._refill_rows(first_round_groups - target)
+        rows = inputs + self._refill_rows(first_refill, round_index=1)
         for round_index in range(1, max_rounds + 1):
             if self.log_completions:
                 self._logs = round_logs[round_index] = _empty_like(original_logs)
@@ -416,22 +461,43 @@ class DAPOTrainer(GRPOTrainer):
                 split.all_min,
                 split.other,
             ]
+            # The batch's own prompts (round 1 only) and the refill prompts, counted apart for the planner.
+            own_groups = target if round_index == 1 else 0
+            own_informative = int(informative[:own_groups].sum())
             kept_now = already + len(take)
-            gathered = self.accelerator.gather(torch.tensor([kept_now, *round_counts], device=self.accelerator.device))
+            counts = [kept_now, *round_counts, own_groups, own_informative]
+            gathered = self.accelerator.gather(torch.tensor(counts, device=self.accelerator.device))
             gathered = gathered.view(num_processes, -1).cpu()
-            totals += gathered[:, 1:].sum(dim=0)
+            round_totals = gathered[:, 1:7].sum(dim=0)
+            totals += round_totals
             kept_per_process = gathered[:, 0]
+            if planner is not None:
+                own_attempted, own_kept = int(gathered[:, 7].sum()), int(gathered[:, 8].sum())
+                if own_attempted:
+                    planner.observe(own_attempted, own_kept, source="batch")
+                if int(round_totals[0]) > own_attempted:
+                    planner.observe(int(round_totals[0]) - own_attempted, int(round_totals[1]) - own_kept, "refill")
+            if self.prompt_history is not None:
+                self._record_history(filter_rewards, informative, own_groups)
             self._show_progress(round_index, max_rounds, int(kept_per_process.sum()), target * num_processes)
             if int(kept_per_process.min()) >= target or round_index == max_rounds:
                 break
             # The same plan on every process (it only reads gathered counts), so every process generates alike.
-            next_groups = plan_refill_groups(
-                missing_groups=int((target - kept_per_process).max()),
-                attempted_groups=int(totals[0]),
-                informative_groups_seen=int(totals[1]),
-                max_groups=first_round_groups,
-            )
-            rows = self._refill_rows(next_groups)
+            missing_groups = int((target - kept_per_process).max())
+            if planner is not None:
+                next_groups = planner.next_round(missing_groups, rounds_left=max_rounds - round_index)
+                if next_groups == 0:  # the per-step generation budget is spent
+                    break
+            else:
+                next_groups = plan_refill_groups(
+                    missing_groups=missing_groups,
+                    attempted_groups=int(totals[0]),
+                    informative_groups_seen=int(totals[1]),
+                    max_groups=first_round_groups,
+                )
+            rows = self._refill_rows(next_groups, round_index=round_index + 1)
+        if planner is not None:
+            planner.end_step()
 
         self._logs = original_logs
         retained_per_process = kept_per_process.clamp(max=target)
@@ -461,6 +527,15 @@ class DAPOTrainer(GRPOTrainer):
         if self.log_completions:
             self._rebuild_completion_logs(round_logs, facts)
         return batch
+
+    def _record_history(self, filter_rewards: torch.Tensor, informative: torch.Tensor, own_groups: int) -> None:
+        """Remember what the refill prompts of this round turned out to be (all processes record the same)."""
+        outcomes = group_outcomes(filter_rewards, self.num_generations, informative, *self._reward_range)[own_groups:]
+        local = torch.tensor([self._refill_indices, [int(o) for o in outcomes]], device=self.accelerator.device)
+        if local.shape[1] == 0:
+            return
+        gathered = self.accelerator.gather(local.unsqueeze(0)).cpu()  # (processes, 2, groups)
+        self.prompt_history.record(gathered[:, 0].flatten().tolist(), gathered[:, 1].flatten().tolist())
 
     def _select_groups(self, output, record: _Round, local_rewards, group_ids, round_index, local_count) -> _Part:
         G = self.num_generations
@@ -572,6 +647,17 @@ class DAPOTrainer(GRPOTrainer):
             "dynamic_sampling/all_max_groups": all_max,
             "dynamic_sampling/all_min_groups": all_min,
         }
+        if self.refill_planner is not None:
+            metrics["dynamic_sampling/expected_retention"] = self.refill_planner.expected_retention("refill")
+        if self.prompt_history is not None:
+            skipped, readmitted, forced = self._skip_counts
+            metrics.update(
+                {
+                    "dynamic_sampling/skipped_prompts": skipped,
+                    "dynamic_sampling/readmitted_prompts": readmitted,
+                    "dynamic_sampling/forced_prompts": forced,
+                }
+            )
         # TRL's per-call metrics now describe the update batch instead of an average over discarded attempts.
         gather = self.accelerator.gather
         trl_metrics = trl_batch_metrics(
@@ -649,7 +735,7 @@ class DAPOTrainer(GRPOTrainer):
             state_file = os.path.join(checkpoint, REFILL_STATE_FILE) if checkpoint else None
             if state_file and os.path.isfile(state_file):
                 with open(state_file) as handle:
-                    self.refill_sampler.load_state_dict(json.load(handle))
+                    self.load_dynamic_sampling_state(json.load(handle))
             else:
                 warnings.warn(
                     f"resuming from {checkpoint} without {REFILL_STATE_FILE}: the refill stream restarts from the "
@@ -657,6 +743,20 @@ class DAPOTrainer(GRPOTrainer):
                     stacklevel=2,
                 )
         return super().train(resume_from_checkpoint, *args, **kwargs)
+
+    def dynamic_sampling_state(self) -> dict[str, Any]:
+        """The refill stream's position, the planner's retention estimate and the prompt history (JSON-ready)."""
+        return {
+            "refill": self.refill_sampler.state_dict(),
+            "planner": self.refill_planner.state_dict() if self.refill_planner is not None else None,
+            "history": self.prompt_history.state_dict() if self.prompt_history is not None else None,
+        }
+
+    def load_dynamic_sampling_state(self, state: dict[str, Any]) -> None:
+        self.refill_sampler.load_state_dict(state["refill"])
+        for name, component in (("planner", self.refill_planner), ("history", self.prompt_history)):
+            if component is not None and state.get(name) is not None:
+                component.load_state_dict(state[name])
 
 
 class _RefillCheckpointCallback(TrainerCallback):
@@ -670,7 +770,7 @@ class _RefillCheckpointCallback(TrainerCallback):
             folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
             if os.path.isdir(folder):
                 with open(os.path.join(folder, REFILL_STATE_FILE), "w") as handle:
-                    json.dump(self.trainer.refill_sampler.state_dict(), handle)
+                    json.dump(self.trainer.dynamic_sampling_state(), handle)
         return control
 
 

@@ -142,7 +142,14 @@ add(
 add(G, r"\boxed{18}", "", None, "empty gold is unparseable -> None")
 add(G, r"\boxed{18}", r"\boxed{18", None, "gold with an unclosed box -> None")
 add(G, r"\boxed{18}", r"\frac{1}{", None, "gold that sympy cannot parse -> None")
-add(G, r"\boxed{6}", "We multiply the two numbers and then add the remainder to get six.", None, "prose gold without an anchor -> None", column="solution")
+add(
+    G,
+    r"\boxed{6}",
+    "We multiply the two numbers and then add the remainder to get six.",
+    None,
+    "prose gold without an anchor -> None",
+    column="solution",
+)
 add(G, r"\boxed{6}", r"\text{six apples}", 0.0, "short text gold is still a gold")
 add(
     G, r"\boxed{5}", "The total is $5$ so we write \\boxed{5} and also $\\boxed{5}$.", 1.0, "gold with two equal boxes"

@@ -25,8 +25,10 @@ import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-SIZES = {"tiny": dict(hidden_size=64, num_layers=2, intermediate_size=256),
-         "small": dict(hidden_size=128, num_layers=2, intermediate_size=512)}
+SIZES = {
+    "tiny": dict(hidden_size=64, num_layers=2, intermediate_size=256),
+    "small": dict(hidden_size=128, num_layers=2, intermediate_size=512),
+}
 
 
 @dataclass
@@ -49,18 +51,25 @@ QUICK = dict(num_problems=2_000, held_out=200, sft_steps=40, rl_steps=8, eval_sa
 
 
 def main(argv: list[str] | None = None, prog: str = "trl-dapo demo") -> int:
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--output-dir", default=DemoSettings.output_dir, help="where checkpoints, logs and report.png go")
+    parser = argparse.ArgumentParser(
+        prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--output-dir", default=DemoSettings.output_dir, help="where checkpoints, logs and report.png go"
+    )
     parser.add_argument("--seed", type=int, default=DemoSettings.seed)
     parser.add_argument("--steps", type=int, default=None, help=f"RL steps (default {DemoSettings.rl_steps})")
-    parser.add_argument("--sft-steps", type=int, default=None, help=f"warm-start steps (default {DemoSettings.sft_steps})")
+    parser.add_argument(
+        "--sft-steps", type=int, default=None, help=f"warm-start steps (default {DemoSettings.sft_steps})"
+    )
     parser.add_argument("--model-size", choices=sorted(SIZES), default=DemoSettings.model_size)
     parser.add_argument("--compare", action="store_true", help="also train with plain GRPO settings and compare")
     parser.add_argument("--quick", action="store_true", help="a smoke run in about a minute (smaller everything)")
     options = parser.parse_args(argv)
 
-    settings = DemoSettings(output_dir=options.output_dir, seed=options.seed, model_size=options.model_size,
-                            compare=options.compare)
+    settings = DemoSettings(
+        output_dir=options.output_dir, seed=options.seed, model_size=options.model_size, compare=options.compare
+    )
     if options.quick:
         for key, value in QUICK.items():
             setattr(settings, key, value)
@@ -121,17 +130,25 @@ def evaluate(model, tokenizer, problems, samples: int, seed: int, verifier) -> E
             chunk = [p for p in prompts[start : start + 256] for _ in range(repeats)]
             batch = tokenizer(chunk, return_tensors="pt", padding=True)
             with torch.no_grad():
-                out = model.generate(**batch, max_new_tokens=10, do_sample=do_sample, temperature=1.0 if do_sample else None,
-                                     top_k=0 if do_sample else None, top_p=1.0 if do_sample else None,
-                                     pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+                out = model.generate(
+                    **batch,
+                    max_new_tokens=10,
+                    do_sample=do_sample,
+                    temperature=1.0 if do_sample else None,
+                    top_k=0 if do_sample else None,
+                    top_p=1.0 if do_sample else None,
+                    pad_token_id=tokenizer.pad_token_id,
+                    eos_token_id=tokenizer.eos_token_id,
+                )
             texts += tokenizer.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
         return texts
 
     torch.manual_seed(seed)
     greedy = verifier(generate(False, 1), answer=answers)
     sampled = verifier(generate(True, samples), answer=[a for a in answers for _ in range(samples)])
-    correct = torch.tensor([sum(1.0 for r in sampled[i * samples : (i + 1) * samples] if r == 1.0)
-                            for i in range(len(prompts))])
+    correct = torch.tensor(
+        [sum(1.0 for r in sampled[i * samples : (i + 1) * samples] if r == 1.0) for i in range(len(prompts))]
+    )
     model.train()
     return Evaluation(
         greedy=sum(1.0 for r in greedy if r == 1.0) / len(prompts),
@@ -148,17 +165,33 @@ def evaluate(model, tokenizer, problems, samples: int, seed: int, verifier) -> E
 
 def common_args(output_dir: str, seed: int) -> dict:
     # GRPOConfig/SFTConfig defaults (bf16, gradient checkpointing, lr 1e-6) are meant for GPUs and large models.
-    return dict(output_dir=output_dir, use_cpu=True, bf16=False, gradient_checkpointing=False, report_to="none",
-                seed=seed, data_seed=seed, dataloader_num_workers=0, logging_steps=5, save_only_model=True)
+    return dict(
+        output_dir=output_dir,
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        report_to="none",
+        seed=seed,
+        data_seed=seed,
+        dataloader_num_workers=0,
+        logging_steps=5,
+        save_only_model=True,
+    )
 
 
 def warm_start(model, tokenizer, train_rows, settings: DemoSettings) -> None:
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
-    args = SFTConfig(**common_args(os.path.join(settings.output_dir, "sft"), settings.seed), max_steps=settings.sft_steps,
-                     per_device_train_batch_size=128, learning_rate=1e-3, lr_scheduler_type="constant",
-                     save_strategy="no", packing=False)
+    args = SFTConfig(
+        **common_args(os.path.join(settings.output_dir, "sft"), settings.seed),
+        max_steps=settings.sft_steps,
+        per_device_train_batch_size=128,
+        learning_rate=1e-3,
+        lr_scheduler_type="constant",
+        save_strategy="no",
+        packing=False,
+    )
     dataset = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in train_rows])
     SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer).train()
 
@@ -168,18 +201,36 @@ def reinforce(model, tokenizer, train_rows, settings: DemoSettings, dapo: bool, 
 
     from trl_dapo_ext import DAPOConfig, DAPOTrainer
 
-    features = dict(dynamic_sampling=True, dynamic_sampling_max_rounds=4, dynamic_sampling_on_exhausted="fill",
-                    epsilon_high=0.28) if dapo else {}
+    features = (
+        dict(
+            dynamic_sampling=True,
+            dynamic_sampling_max_rounds=4,
+            dynamic_sampling_on_exhausted="fill",
+            epsilon_high=0.28,
+        )
+        if dapo
+        else {}
+    )
     args = DAPOConfig(
         **common_args(os.path.join(settings.output_dir, name), settings.seed),
-        max_steps=settings.rl_steps, per_device_train_batch_size=settings.prompts_per_step * settings.num_generations,
-        num_generations=settings.num_generations, max_completion_length=10, learning_rate=settings.learning_rate,
-        lr_scheduler_type="constant", beta=0.0, temperature=1.0, save_strategy="steps",
-        save_steps=max(settings.rl_steps // 2, 1), save_total_limit=1, diagnostics=True, **features,
+        max_steps=settings.rl_steps,
+        per_device_train_batch_size=settings.prompts_per_step * settings.num_generations,
+        num_generations=settings.num_generations,
+        max_completion_length=10,
+        learning_rate=settings.learning_rate,
+        lr_scheduler_type="constant",
+        beta=0.0,
+        temperature=1.0,
+        save_strategy="steps",
+        save_steps=max(settings.rl_steps // 2, 1),
+        save_total_limit=1,
+        diagnostics=True,
+        **features,
     )
     dataset = Dataset.from_list([{"prompt": r["prompt"], "answer": r["answer"]} for r in train_rows])
-    trainer = DAPOTrainer(model=model, reward_funcs=verifier, args=args, train_dataset=dataset,
-                          processing_class=tokenizer)
+    trainer = DAPOTrainer(
+        model=model, reward_funcs=verifier, args=args, train_dataset=dataset, processing_class=tokenizer
+    )
     started = time.process_time()
     try:
         trainer.train()
@@ -190,13 +241,22 @@ def reinforce(model, tokenizer, train_rows, settings: DemoSettings, dapo: bool, 
     cpu_seconds = time.process_time() - started
     trainer.save_state()
     logs = [h for h in trainer.state.log_history if "loss" in h]
-    generated = sum(h.get("dynamic_sampling/generated_completions", settings.prompts_per_step * settings.num_generations)
-                    for h in logs) if dapo else settings.rl_steps * settings.prompts_per_step * settings.num_generations
+    generated = (
+        sum(
+            h.get("dynamic_sampling/generated_completions", settings.prompts_per_step * settings.num_generations)
+            for h in logs
+        )
+        if dapo
+        else settings.rl_steps * settings.prompts_per_step * settings.num_generations
+    )
     zero_std = [h["frac_reward_zero_std"] for h in logs if h.get("frac_reward_zero_std") is not None]
     attempted_zero = [h["groups/frac_mixed"] for h in logs if h.get("groups/frac_mixed") is not None]
-    return trainer, dict(cpu_seconds=cpu_seconds, generated=generated,
-                         frac_zero_variance_attempted=1 - sum(attempted_zero) / max(len(attempted_zero), 1),
-                         frac_zero_std_trained=sum(zero_std) / max(len(zero_std), 1))
+    return trainer, dict(
+        cpu_seconds=cpu_seconds,
+        generated=generated,
+        frac_zero_variance_attempted=1 - sum(attempted_zero) / max(len(attempted_zero), 1),
+        frac_zero_std_trained=sum(zero_std) / max(len(zero_std), 1),
+    )
 
 
 def run_demo(settings: DemoSettings) -> dict:
@@ -215,7 +275,9 @@ def run_demo(settings: DemoSettings) -> dict:
     problems = make_problems(settings.num_problems, settings.seed)
     held_out, rest = problems[: settings.held_out], problems[settings.held_out :]
     sft_rows, rl_rows = rest[: len(rest) // 2], rest[len(rest) // 2 :]
-    print(f"data: {len(held_out)} held out, {len(sft_rows)} warm start, {len(rl_rows)} RL prompts (two-digit addition)")
+    print(
+        f"data: {len(held_out)} held out, {len(sft_rows)} warm start, {len(rl_rows)} RL prompts (two-digit addition)"
+    )
 
     tokenizer, model = build_tokenizer_and_model(settings.model_size, settings.seed)
     print(f"model: {sum(p.numel() for p in model.parameters()):,} parameters, vocabulary of {len(tokenizer)}")
@@ -239,11 +301,17 @@ def run_demo(settings: DemoSettings) -> dict:
             results[name]["report"] = str(report.image)
 
     print_table(before, results, settings)
-    summary = dict(settings=asdict(settings), before=asdict(before), results=results,
-                   wall_seconds=time.perf_counter() - wall_start)
+    summary = dict(
+        settings=asdict(settings),
+        before=asdict(before),
+        results=results,
+        wall_seconds=time.perf_counter() - wall_start,
+    )
     (output / "demo_results.json").write_text(json.dumps(summary, indent=2))
-    print(f"report: {output / 'report.png'}    results: {output / 'demo_results.json'}    "
-          f"wall time: {summary['wall_seconds']:.0f} s")
+    print(
+        f"report: {output / 'report.png'}    results: {output / 'demo_results.json'}    "
+        f"wall time: {summary['wall_seconds']:.0f} s"
+    )
     return summary
 
 
@@ -260,8 +328,10 @@ def print_table(before: Evaluation, results: dict, settings: DemoSettings) -> No
         print("same RL steps             sampled gain  per 1k completions  per CPU minute  zero-variance groups")
         for name, result in results.items():
             gain = (result["after"]["sampled"] - before.sampled) * 100
-            print(f"  {name:<22} {gain:+10.1f} pt  {gain / result['generated'] * 1000:+15.2f} pt  "
-                  f"{gain / (result['cpu_seconds'] / 60):+11.2f} pt  {result['frac_zero_variance_attempted']:17.1%}")
+            print(
+                f"  {name:<22} {gain:+10.1f} pt  {gain / result['generated'] * 1000:+15.2f} pt  "
+                f"{gain / (result['cpu_seconds'] / 60):+11.2f} pt  {result['frac_zero_variance_attempted']:17.1%}"
+            )
 
 
 if __name__ == "__main__":
