@@ -707,8 +707,8 @@ class DAPOTrainer(GRPOTrainer):
         return (
             f"dynamic sampling spent its budget of {rounds} generation rounds at step {self.state.global_step}: "
             f"{attempted} prompt groups attempted, {informative} informative, retained per process "
-            f"{retained_per_process.tolist()} of {target} needed. Raise dynamic_sampling_max_rounds or "
-            "dynamic_sampling_oversample, use prompts of mixed difficulty, or set "
+            f"{retained_per_process.tolist()} of {target} needed. Raise dynamic_sampling_max_rounds "
+            "(or dynamic_sampling_max_groups_per_step), use prompts of mixed difficulty, or set "
             "dynamic_sampling_on_exhausted='fill' to train on a partly filled batch."
         )
 

@@ -18,6 +18,7 @@ import sys
 
 # name -> (module implementing `main(argv, prog) -> int`, one-line description)
 COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("trl_dapo_ext.cli.demo", "a tiny model learns addition with DAPO on a CPU, nothing downloaded (minutes)"),
     "report": ("trl_dapo_ext.cli.report", "draw a PNG dashboard and a text summary of a training run's output dir"),
 }
 
