@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 import string
 
 import torch
@@ -28,14 +29,23 @@ CHAT_TEMPLATE = (
 )
 
 
-def build_char_tokenizer(alphabet: str = DEFAULT_ALPHABET, add_bos: bool = False) -> PreTrainedTokenizerFast:
+def build_char_tokenizer(
+    alphabet: str = DEFAULT_ALPHABET, add_bos: bool = False, words: tuple[str, ...] = ()
+) -> PreTrainedTokenizerFast:
     """A character-level fast tokenizer over `alphabet` with `<pad>`, `<eos>`, `<bos>`, `<unk>` specials.
 
-    `add_bos=True` prepends `<bos>` to every encoded text (as Llama-style tokenizers do).
+    `add_bos=True` prepends `<bos>` to every encoded text (as Llama-style tokenizers do). `words` are multi-character
+    strings that get one token each (e.g. the answer anchor `"#### "`), matched before single characters.
+
+    Example:
+        >>> tok = build_char_tokenizer("0123456789# ", words=("#### ",))
+        >>> tok.convert_ids_to_tokens(tok("#### 42")["input_ids"])
+        ['#### ', '4', '2']
     """
-    vocab = {token: index for index, token in enumerate(SPECIAL_TOKENS + sorted(set(alphabet)))}
+    vocab = {token: index for index, token in enumerate(SPECIAL_TOKENS + list(words) + sorted(set(alphabet)))}
     backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    pattern = "|".join([re.escape(word) for word in sorted(words, key=len, reverse=True)] + ["."])
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex(pattern), behavior="isolated")
     # Fuse: decode "1","2" as "12", not "1 2" (a space-joining decoder breaks exact-match rewards).
     backend.decoder = decoders.Fuse()
     if add_bos:
