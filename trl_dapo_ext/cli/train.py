@@ -285,6 +285,10 @@ def prepare_dataset(dataset, script_args: TrainScriptArguments):
 # ---------------------------------------------------------------------------------------------------------------------
 
 
+def _bitsandbytes_available() -> bool:
+    return importlib.util.find_spec("bitsandbytes") is not None
+
+
 def model_loading_kwargs(model_args: ModelConfig, training_args: DAPOConfig) -> dict[str, Any]:
     """Trainer keyword arguments for the model: `peft_config` (LoRA) and `quantization_config` (bitsandbytes).
 
@@ -295,7 +299,7 @@ def model_loading_kwargs(model_args: ModelConfig, training_args: DAPOConfig) -> 
     from trl import get_peft_config, get_quantization_config
 
     if model_args.load_in_4bit or model_args.load_in_8bit:
-        if importlib.util.find_spec("bitsandbytes") is None:
+        if not _bitsandbytes_available():
             raise TrainError(
                 "load_in_4bit/load_in_8bit needs bitsandbytes and a CUDA GPU: pip install 'trl-dapo-ext[quantization]'"
             )
