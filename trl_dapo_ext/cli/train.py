@@ -244,7 +244,7 @@ def prepare_dataset(dataset, script_args: TrainScriptArguments):
     >>> args = TrainScriptArguments(prompt_column="question", answer_column="gold", system_prompt="Be brief.")
     >>> row = prepare_dataset(Dataset.from_list([{"question": "1+1?", "gold": "2"}]), args)[0]
     >>> row["prompt"], row["answer"]
-    ([{'content': 'Be brief.', 'role': 'system'}, {'content': '1+1?', 'role': 'user'}], '2')
+    ([{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': '1+1?'}], '2')
     """
     columns = set(dataset.column_names)
     template = script_args.prompt_template
