@@ -45,42 +45,73 @@ def _gold(rng: random.Random, mix: dict) -> dict:
     if kind == "dec":
         q = Fraction(rng.randint(1, 999), rng.choice([4, 8, 20, 25, 40]))
         d = f"{float(q):.3f}".rstrip("0").rstrip(".")
-        return dict(kind=kind, gold=d, equiv=[f"\\frac{{{q.numerator}}}{{{q.denominator}}}", d + "0"],
-                    wrong=f"{float(q) + 0.5:g}", near=f"{float(q) + 1e-4:.4f}")
+        return dict(
+            kind=kind,
+            gold=d,
+            equiv=[f"\\frac{{{q.numerator}}}{{{q.denominator}}}", d + "0"],
+            wrong=f"{float(q) + 0.5:g}",
+            near=f"{float(q) + 1e-4:.4f}",
+        )
     if kind == "frac":
         p, q = rng.randint(1, 40), rng.randint(3, 41)
         q += q % p == 0
         f = Fraction(p, q)
         gold = f"\\frac{{{f.numerator}}}{{{f.denominator}}}"
-        eq = [f"\\dfrac{{{f.numerator}}}{{{f.denominator}}}", f"\\frac{{{2 * f.numerator}}}{{{2 * f.denominator}}}",
-              f"{f.numerator}/{f.denominator}"]
+        eq = [
+            f"\\dfrac{{{f.numerator}}}{{{f.denominator}}}",
+            f"\\frac{{{2 * f.numerator}}}{{{2 * f.denominator}}}",
+            f"{f.numerator}/{f.denominator}",
+        ]
         near = f"{float(f):.4f}"
         if Fraction(near) == f:  # a terminating decimal is not a near miss: nudge it
             near = f"{float(f) + 1e-4:.4f}"
         return dict(kind=kind, gold=gold, equiv=eq, wrong=f"\\frac{{{f.denominator}}}{{{f.numerator + 1}}}", near=near)
     if kind == "surd":
         a, b = rng.randint(2, 9), rng.choice([2, 3, 5, 6, 7])
-        return dict(kind=kind, gold=f"{a}\\sqrt{{{b}}}", equiv=[f"\\sqrt{{{a * a * b}}}", f"{a}\\sqrt {b}"],
-                    wrong=f"{a}\\sqrt{{{b + 1}}}", near=f"{a * b ** 0.5:.4f}")
+        return dict(
+            kind=kind,
+            gold=f"{a}\\sqrt{{{b}}}",
+            equiv=[f"\\sqrt{{{a * a * b}}}", f"{a}\\sqrt {b}"],
+            wrong=f"{a}\\sqrt{{{b + 1}}}",
+            near=f"{a * b**0.5:.4f}",
+        )
     if kind == "pi":
         k, m = rng.randint(1, 7), rng.choice([2, 3, 4, 6])
-        return dict(kind=kind, gold=f"\\frac{{{k}\\pi}}{{{m}}}", equiv=[f"\\frac{{{k}}}{{{m}}}\\pi", f"{k}\\pi/{m}"],
-                    wrong=f"\\frac{{{k + 1}\\pi}}{{{m}}}", near=f"{k * 3.14159 / m:.4f}")
+        return dict(
+            kind=kind,
+            gold=f"\\frac{{{k}\\pi}}{{{m}}}",
+            equiv=[f"\\frac{{{k}}}{{{m}}}\\pi", f"{k}\\pi/{m}"],
+            wrong=f"\\frac{{{k + 1}\\pi}}{{{m}}}",
+            near=f"{k * 3.14159 / m:.4f}",
+        )
     if kind == "interval":
         a, b = sorted(rng.sample(range(-20, 20), 2))
-        return dict(kind=kind, gold=f"({a}, {b}]", equiv=[f"\\left({a},{b}\\right]"], wrong=f"[{a}, {b}]",
-                    near=f"({a}, {b})")
+        return dict(
+            kind=kind, gold=f"({a}, {b}]", equiv=[f"\\left({a},{b}\\right]"], wrong=f"[{a}, {b}]", near=f"({a}, {b})"
+        )
     if kind == "tuple":
         a, b = rng.sample(range(-20, 20), 2)
-        return dict(kind=kind, gold=f"({a}, {b})", equiv=[f"({a},{b})", f"\\left( {a}, {b} \\right)"],
-                    wrong=f"({b}, {a})", near=f"({a}, {b + 1})")
+        return dict(
+            kind=kind,
+            gold=f"({a}, {b})",
+            equiv=[f"({a},{b})", f"\\left( {a}, {b} \\right)"],
+            wrong=f"({b}, {a})",
+            near=f"({a}, {b + 1})",
+        )
     a, b = rng.randint(2, 9), rng.randint(1, 9)
-    return dict(kind="poly", gold=f"x^2+{a}x+{b}", equiv=[f"{a}x+x^2+{b}", f"x^{{2}} + {a} x + {b}"],
-                wrong=f"x^2+{a}x-{b}", near=f"x^2+{a + 1}x+{b}")
+    return dict(
+        kind="poly",
+        gold=f"x^2+{a}x+{b}",
+        equiv=[f"{a}x+x^2+{b}", f"x^{{2}} + {a} x + {b}"],
+        wrong=f"x^2+{a}x-{b}",
+        near=f"x^2+{a + 1}x+{b}",
+    )
 
 
-_WORDS = ("we compute the value step by step and check each intermediate result carefully so that nothing is "
-          "missed then we simplify the expression and compare with the constraints given").split()
+_WORDS = (
+    "we compute the value step by step and check each intermediate result carefully so that nothing is "
+    "missed then we simplify the expression and compare with the constraints given"
+).split()
 
 
 def _reasoning(rng: random.Random, gold: str, size: int = 1800) -> str:
@@ -88,8 +119,14 @@ def _reasoning(rng: random.Random, gold: str, size: int = 1800) -> str:
     out, n = [], 0
     while n < size:
         s = " ".join(rng.choices(_WORDS, k=rng.randint(8, 16))).capitalize()
-        s += rng.choice([f" so {rng.randint(2, 60)} + {rng.randint(2, 60)} = {rng.randint(4, 120)}.",
-                         f" giving ${rng.randint(1, 9)}\\cdot {rng.randint(1, 9)}$.", ".", f" ({gold} is plausible)."])
+        s += rng.choice(
+            [
+                f" so {rng.randint(2, 60)} + {rng.randint(2, 60)} = {rng.randint(4, 120)}.",
+                f" giving ${rng.randint(1, 9)}\\cdot {rng.randint(1, 9)}$.",
+                ".",
+                f" ({gold} is plausible).",
+            ]
+        )
         out.append(s)
         n += len(s) + 1
     return " ".join(out)
@@ -113,14 +150,22 @@ def _completion(rng: random.Random, g: dict, category: str) -> tuple[str, float]
         case "correct_think":
             return f"<think>{r} Maybe $\\boxed{{{wrong}}}$?</think>\nThe answer is $\\boxed{{{gold}}}$.", 1.0
         case "self_correction":
-            return f"{r}\nSo $\\boxed{{{wrong}}}$. Wait, I made an arithmetic error. Redoing it: $\\boxed{{{gold}}}$.", 1.0
+            return (
+                f"{r}\nSo $\\boxed{{{wrong}}}$. Wait, I made an arithmetic error. Redoing it: $\\boxed{{{gold}}}$.",
+                1.0,
+            )
         case "wrong_boxed":
             return f"{r}\nTherefore the answer is $\\boxed{{{wrong}}}$.", 0.0
         case "near_miss":
             return f"{r}\nTherefore the answer is $\\boxed{{{g['near']}}}$.", 0.0
         case "hedge":
-            form = rng.choice([f"$\\boxed{{{gold}}}$ or $\\boxed{{{wrong}}}$", f"$\\boxed{{{wrong}}}$ or $\\boxed{{{gold}}}$",
-                               f"$\\boxed{{{wrong} \\text{{ or }} {gold}}}$"])
+            form = rng.choice(
+                [
+                    f"$\\boxed{{{gold}}}$ or $\\boxed{{{wrong}}}$",
+                    f"$\\boxed{{{wrong}}}$ or $\\boxed{{{gold}}}$",
+                    f"$\\boxed{{{wrong} \\text{{ or }} {gold}}}$",
+                ]
+            )
             return f"{r}\nThe answer is {form}.", 0.0
         case "unanchored":
             return f"{r}\nWe conclude with {gold}, which fits all the constraints.", 0.0
@@ -146,8 +191,15 @@ def build_corpus(n_prompts: int, group: int, seed: int, mix: str = "mixed") -> l
         for _ in range(group):
             cat = rng.choices(list(CATEGORIES), list(CATEGORIES.values()))[0]
             text, label = _completion(rng, g, cat)
-            rows.append(dict(completion=[{"role": "assistant", "content": text}], solution=f"$\\boxed{{{g['gold']}}}$",
-                             label=label, category=cat, kind=g["kind"]))
+            rows.append(
+                dict(
+                    completion=[{"role": "assistant", "content": text}],
+                    solution=f"$\\boxed{{{g['gold']}}}$",
+                    label=label,
+                    category=cat,
+                    kind=g["kind"],
+                )
+            )
     return rows
 
 
@@ -182,7 +234,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batch", type=int, default=64, help="completions per reward call (a GRPO generation batch)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--mix", choices=sorted(MIXES), default="mixed", help="gold kinds: mixed (GSM8K-heavy) or symbolic")
+    ap.add_argument(
+        "--mix", choices=sorted(MIXES), default="mixed", help="gold kinds: mixed (GSM8K-heavy) or symbolic"
+    )
     args = ap.parse_args(argv)
 
     import logging
@@ -194,8 +248,10 @@ def main(argv: list[str] | None = None) -> None:
     logging.getLogger("math_verify").setLevel(logging.ERROR)
     rows = build_corpus(args.prompts, args.group, args.seed, args.mix)
     n = len(rows)
-    print(f"corpus ({args.mix}): {n} completions ({args.prompts} prompts x {args.group}), mean {sum(len(r['completion'][0]['content']) for r in rows) / n:.0f} chars, "
-          f"{sum(r['label'] for r in rows):.0f} labelled correct; cores available: {len(os.sched_getaffinity(0))}")
+    print(
+        f"corpus ({args.mix}): {n} completions ({args.prompts} prompts x {args.group}), mean {sum(len(r['completion'][0]['content']) for r in rows) / n:.0f} chars, "
+        f"{sum(r['label'] for r in rows):.0f} labelled correct; cores available: {len(os.sched_getaffinity(0))}"
+    )
 
     # Alternate the two (the machine may be shared: alternating spreads background load over both), and start every
     # repeat of ours from cold caches and fresh workers so no verdict is reused across repeats.
@@ -221,16 +277,26 @@ def main(argv: list[str] | None = None) -> None:
     ok_trl = [o == lab for o, lab in zip(trl, labels, strict=True)]
     both_right = sum(a and b for a, b in zip(ok_ours, ok_trl, strict=True))
     print(f"\nmedian of {args.repeats} alternated runs, batches of {args.batch}:")
-    print(f"math_reward (ours):  {n / t_ours:9.1f} completions/s  (runs: {', '.join(f'{n / t:.0f}' for t in t_ours_all)}; "
-          f"worker start-up {startup:.2f} s, not included)")
-    print(f"trl accuracy_reward: {n / t_trl:9.1f} completions/s  (runs: {', '.join(f'{n / t:.0f}' for t in t_trl_all)})")
+    print(
+        f"math_reward (ours):  {n / t_ours:9.1f} completions/s  (runs: {', '.join(f'{n / t:.0f}' for t in t_ours_all)}; "
+        f"worker start-up {startup:.2f} s, not included)"
+    )
+    print(
+        f"trl accuracy_reward: {n / t_trl:9.1f} completions/s  (runs: {', '.join(f'{n / t:.0f}' for t in t_trl_all)})"
+    )
     ratios = [b / a for a, b in zip(t_ours_all, t_trl_all, strict=True)]
-    print(f"throughput ratio ours/trl: {statistics.median(ratios):.2f}x (median of paired runs: "
-          f"{', '.join(f'{r:.2f}' for r in ratios)})")
-    print(f"\naccuracy vs labels: ours {sum(ok_ours) / n:.4f} ({sum(ok_ours)}/{n}), trl {sum(ok_trl) / n:.4f} ({sum(ok_trl)}/{n})")
+    print(
+        f"throughput ratio ours/trl: {statistics.median(ratios):.2f}x (median of paired runs: "
+        f"{', '.join(f'{r:.2f}' for r in ratios)})"
+    )
+    print(
+        f"\naccuracy vs labels: ours {sum(ok_ours) / n:.4f} ({sum(ok_ours)}/{n}), trl {sum(ok_trl) / n:.4f} ({sum(ok_trl)}/{n})"
+    )
     print(f"agreement ours==trl: {sum(a == b for a, b in zip(ours, trl, strict=True)) / n:.4f}")
-    print(f"both right: {both_right}; trl right but ours wrong: {sum(b and not a for a, b in zip(ok_ours, ok_trl, strict=True))}; "
-          f"ours right but trl wrong: {sum(a and not b for a, b in zip(ok_ours, ok_trl, strict=True))}")
+    print(
+        f"both right: {both_right}; trl right but ours wrong: {sum(b and not a for a, b in zip(ok_ours, ok_trl, strict=True))}; "
+        f"ours right but trl wrong: {sum(a and not b for a, b in zip(ok_ours, ok_trl, strict=True))}"
+    )
     for name, out in (("ours", ours), ("trl", trl)):
         fp = sum(o == 1.0 and lab == 0.0 for o, lab in zip(out, labels, strict=True))
         fn = sum(o != 1.0 and lab == 1.0 for o, lab in zip(out, labels, strict=True))

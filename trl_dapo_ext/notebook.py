@@ -106,6 +106,7 @@ class LiveProgress(TrainerCallback):
         else:
             self._handle.update(image)
 
+
 def greedy_pass_at_1(
     model,
     tokenizer,
@@ -139,7 +140,9 @@ def greedy_pass_at_1(
         for start in range(0, len(prompts), batch_size):
             chunk = prompts[start : start + batch_size]
             texts = [
-                p if isinstance(p, str) else tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True)
+                p
+                if isinstance(p, str)
+                else tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True)
                 for p in chunk
             ]
             # A chat template already contains the special tokens it needs.

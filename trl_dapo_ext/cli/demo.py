@@ -229,35 +229,41 @@ def reinforce(model, tokenizer, train_rows, settings: DemoSettings, dapo: bool, 
         **features,
     )
     dataset = Dataset.from_list([{"prompt": r["prompt"], "answer": r["answer"]} for r in train_rows])
+    counted = _CountingReward(verifier)  # the verifier sees every generated completion, kept or not
     trainer = DAPOTrainer(
-        model=model, reward_funcs=verifier, args=args, train_dataset=dataset, processing_class=tokenizer
+        model=model, reward_funcs=counted, args=args, train_dataset=dataset, processing_class=tokenizer
     )
-    started = time.process_time()
+    started = time.perf_counter()
     try:
         trainer.train()
     except KeyboardInterrupt:
         trainer.save_model(os.path.join(args.output_dir, "interrupted"))
         trainer.save_state()
         raise
-    cpu_seconds = time.process_time() - started
+    rl_seconds = time.perf_counter() - started
     trainer.save_state()
     logs = [h for h in trainer.state.log_history if "loss" in h]
-    generated = (
-        sum(
-            h.get("dynamic_sampling/generated_completions", settings.prompts_per_step * settings.num_generations)
-            for h in logs
-        )
-        if dapo
-        else settings.rl_steps * settings.prompts_per_step * settings.num_generations
-    )
     zero_std = [h["frac_reward_zero_std"] for h in logs if h.get("frac_reward_zero_std") is not None]
     attempted_zero = [h["groups/frac_mixed"] for h in logs if h.get("groups/frac_mixed") is not None]
     return trainer, dict(
-        cpu_seconds=cpu_seconds,
-        generated=generated,
+        rl_seconds=rl_seconds,
+        generated=counted.completions,
         frac_zero_variance_attempted=1 - sum(attempted_zero) / max(len(attempted_zero), 1),
         frac_zero_std_trained=sum(zero_std) / max(len(zero_std), 1),
     )
+
+
+class _CountingReward:
+    """Wraps a reward function and counts the completions it scores (one call per generation round)."""
+
+    def __init__(self, reward_func):
+        self.reward_func = reward_func
+        self.__name__ = getattr(reward_func, "__name__", "reward")
+        self.completions = 0
+
+    def __call__(self, completions, **kwargs):
+        self.completions += len(completions)
+        return self.reward_func(completions, **kwargs)
 
 
 def run_demo(settings: DemoSettings) -> dict:
@@ -326,12 +332,12 @@ def print_table(before: Evaluation, results: dict, settings: DemoSettings) -> No
         print(f"  {label:<30} {after['greedy']:7.1%}  {after['sampled']:7.1%}  {after['pass_at_k']:7.1%}")
     if len(results) > 1:
         print()
-        print("same RL steps             sampled gain  per 1k completions  per CPU minute  zero-variance groups")
+        print("same RL steps             sampled gain  per 1k completions  per RL minute  zero-variance groups")
         for name, result in results.items():
             gain = (result["after"]["sampled"] - before.sampled) * 100
             print(
                 f"  {name:<22} {gain:+10.1f} pt  {gain / result['generated'] * 1000:+15.2f} pt  "
-                f"{gain / (result['cpu_seconds'] / 60):+11.2f} pt  {result['frac_zero_variance_attempted']:17.1%}"
+                f"{gain / (result['rl_seconds'] / 60):+10.2f} pt  {result['frac_zero_variance_attempted']:17.1%}"
             )
 
 

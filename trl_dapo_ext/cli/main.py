@@ -20,7 +20,10 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("trl_dapo_ext.cli.demo", "a tiny model learns addition with DAPO on a CPU, nothing downloaded (minutes)"),
     "report": ("trl_dapo_ext.cli.report", "draw a PNG dashboard and a text summary of a training run's output dir"),
-    "train": ("trl_dapo_ext.cli.train", "train from a YAML recipe (TrlParser: every TRL/DAPO field is a key and a flag)"),
+    "train": (
+        "trl_dapo_ext.cli.train",
+        "train from a YAML recipe (TrlParser: every TRL/DAPO field is a key and a flag)",
+    ),
 }
 
 
