@@ -415,7 +415,9 @@ def test_output_flood(fmt, isolation):
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_fork_flood_is_contained(fmt, isolation):
     iso, _ = isolation
-    bomb = "import os\nfor _ in range(10000):\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    # Endless, so the verdict does not depend on machine speed: a finite flood that ends before the time limit
+    # would go on to answer correctly (and did, on a quiet machine), which is containment working, not a cheat.
+    bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
     before = len(psutil.pids())
     assert score(program(fmt, "2 * x", top=bomb), fmt, isolation=iso, timeout_s=1.0) == 0.0
     assert len(psutil.pids()) < before + 50
