@@ -12,7 +12,9 @@ Overridden `GRPOTrainer` methods (pinned in `compat.py`) and why:
   estimator. With it (training only), ``super()`` once per generation round, keeping the informative groups, until
   the batch is full or the round budget is spent; then advantages, ``num_items_in_batch`` and TRL's batch metrics are
   recomputed on the batch actually trained on.
-* ``train``: restores the refill stream's position when resuming from a checkpoint.
+* ``train``: restores the refill stream, the round planner and the prompt history when resuming from a checkpoint.
+* ``_generate``, ``_prepare_inputs``, ``training_step``: each calls ``super()`` inside a section of the step timer
+  (``diagnostics=True``: the ``time/`` split); without diagnostics the timer is a no-op.
 
 Loss, generation, optimizer and logging stay TRL's. With every extension field at its default, the trainer computes
 exactly what ``trl.GRPOTrainer`` computes.
