@@ -369,3 +369,15 @@ def test_adaptive_planner_and_prompt_history(make_model, tokenizer, tmp_path):
     assert resumed.refill_planner.state_dict() == trainer.refill_planner.state_dict()
     assert resumed.prompt_history.state_dict() == trainer.prompt_history.state_dict()
     assert resumed.refill_sampler.state_dict() == trainer.refill_sampler.state_dict()
+
+
+def test_completions_table_shows_the_update_batch(make_model, tokenizer, tmp_path):
+    dataset = kinds_dataset(["right", "wrong", "varying"], repeat=8)
+    trainer, _, recorder = build(make_model, tokenizer, tmp_path, dataset, max_steps=1, log_completions=True)
+    trainer.train()
+    logs = trainer._logs
+    assert len(logs["prompt"]) == 8  # the update batch, not the last rounds' attempts
+    assert all(prompt.startswith("v") for prompt in logs["prompt"])
+    # same rows in the same order as the batch handed to TRL (before its shuffle)
+    assert list(logs["advantages"]) == pytest.approx(recorder.batches[0]["advantages"].tolist(), abs=1e-6)
+    assert len(logs["rewards"]["kind_reward"]) == 8

@@ -39,8 +39,9 @@ def _check_pass_at_1(model, tokenizer):
         return [1.0 if a in {"a0", "a2", "a4"} else 0.0 for a in answer]
 
     answers = [f"a{i}" for i in range(6)]
-    score = greedy_pass_at_1(model, tokenizer, prompts[:5], reward, {"answer": answers[:5]}, max_new_tokens=3,
-                             batch_size=2)
+    score = greedy_pass_at_1(
+        model, tokenizer, prompts[:5], reward, {"answer": answers[:5]}, max_new_tokens=3, batch_size=2
+    )
     assert score == 3 / 5 and seen == answers[:5]  # every row scored once, in order, across batches
     assert model.training and tokenizer.padding_side == "right"
     assert greedy_pass_at_1(model, tokenizer, prompts[5:], reward, {"answer": ["a0"]}, max_new_tokens=2) == 1.0

@@ -89,7 +89,16 @@ def test_unknown_reward_name_lists_the_choices(capsys):
     for name in train_cli.REWARD_FUNCS:
         assert name in str(error.value)
     # Through the command: exit status 2 and one line on stderr, before any model is loaded.
-    argv = ["--model_name_or_path", "/nonexistent", "--dataset_name", "x.jsonl", "--reward_funcs", "nope", "--output_dir", "o"]
+    argv = [
+        "--model_name_or_path",
+        "/nonexistent",
+        "--dataset_name",
+        "x.jsonl",
+        "--reward_funcs",
+        "nope",
+        "--output_dir",
+        "o",
+    ]
     assert train_cli.main([*argv, *CPU_OVERRIDES]) == 2
     err = capsys.readouterr().err
     assert err.startswith("trl-dapo train: error: unknown reward function 'nope'") and "math_reward" in err
