@@ -30,6 +30,7 @@ warnings.filterwarnings("ignore")
 
 import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
+from transformers.trainer_callback import PrinterCallback  # noqa: E402
 
 from reward_funcs import math_reward  # noqa: E402
 from trl_dapo_ext import DAPOConfig, DAPOTrainer  # noqa: E402
@@ -86,6 +87,7 @@ def main(argv: list[str] | None = None) -> None:
         trainer = DAPOTrainer(
             model=model, reward_funcs=math_reward, args=args, train_dataset=dataset, processing_class=tokenizer
         )
+        trainer.remove_callback(PrinterCallback)  # one line per step would bury the table
         trainer.train()
         logs = [h for h in trainer.state.log_history if "dynamic_sampling/rounds" in h]
         generated = sum(h["dynamic_sampling/generated_completions"] for h in logs)
