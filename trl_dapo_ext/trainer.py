@@ -52,9 +52,8 @@ from .filtering import (
     group_reward_spread,
     informative_groups,
     plan_refill_groups,
-    zero_variance_split,
 )
-from .history import PromptHistory
+from .history import GroupOutcome, PromptHistory
 from .overlong import OverlongPenalty
 from .planner import RefillPlanner
 from .refill import RefillSampler
@@ -436,7 +435,8 @@ class DAPOTrainer(GRPOTrainer):
             filter_rewards = combine_rewards(filter_columns, self.reward_weights[self.filter_reward_indices])
             informative = informative_groups(filter_rewards, G, args.dynamic_sampling_std_tolerance)
             self._update_reward_range(record.rewards_per_func)
-            split = zero_variance_split(filter_rewards, G, informative, *self._reward_range)
+            # One outcome per group: the zero-variance split below and the prompt history both read it.
+            outcomes = group_outcomes(filter_rewards, G, informative, *self._reward_range)
 
             already = sum(len(part.origin) for part in kept) // G
             informative_ids = informative.nonzero().flatten()
@@ -459,9 +459,9 @@ class DAPOTrainer(GRPOTrainer):
                 len(informative),
                 len(informative_ids),
                 len(informative_ids) - len(take),
-                split.all_max,
-                split.all_min,
-                split.other,
+                outcomes.count(GroupOutcome.ALL_MAX),
+                outcomes.count(GroupOutcome.ALL_MIN),
+                outcomes.count(GroupOutcome.OTHER),
             ]
             # The batch's own prompts (round 1 only) and the refill prompts, counted apart for the planner.
             own_groups = target if round_index == 1 else 0
@@ -480,7 +480,7 @@ class DAPOTrainer(GRPOTrainer):
                 if int(round_totals[0]) > own_attempted:
                     planner.observe(int(round_totals[0]) - own_attempted, int(round_totals[1]) - own_kept, "refill")
             if self.prompt_history is not None:
-                self._record_history(filter_rewards, informative, own_groups)
+                self._record_history(outcomes[own_groups:])
             self._show_progress(round_index, max_rounds, int(kept_per_process.sum()), target * num_processes)
             if int(kept_per_process.min()) >= target or round_index == max_rounds:
                 break
@@ -530,9 +530,8 @@ class DAPOTrainer(GRPOTrainer):
             self._rebuild_completion_logs(round_logs, facts)
         return batch
 
-    def _record_history(self, filter_rewards: torch.Tensor, informative: torch.Tensor, own_groups: int) -> None:
+    def _record_history(self, outcomes: list[GroupOutcome]) -> None:
         """Remember what the refill prompts of this round turned out to be (all processes record the same)."""
-        outcomes = group_outcomes(filter_rewards, self.num_generations, informative, *self._reward_range)[own_groups:]
         local = torch.tensor([self._refill_indices, [int(o) for o in outcomes]], device=self.accelerator.device)
         if local.shape[1] == 0:
             return
