@@ -12,7 +12,12 @@ from datasets import Dataset, IterableDataset
 from helpers import grpo_kwargs
 
 from trl_dapo_ext import DAPOConfig, DAPOTrainer
-from trl_dapo_ext.trainer import REFILL_STATE_FILE, DynamicSamplingExhausted, RewardFunctionError
+from trl_dapo_ext.trainer import (
+    PROMPT_INDEX_COLUMN,
+    REFILL_STATE_FILE,
+    DynamicSamplingExhausted,
+    RewardFunctionError,
+)
 
 pytestmark = pytest.mark.trainer
 
@@ -381,3 +386,37 @@ def test_completions_table_shows_the_update_batch(make_model, tokenizer, tmp_pat
     # same rows in the same order as the batch handed to TRL (before its shuffle)
     assert list(logs["advantages"]) == pytest.approx(recorder.batches[0]["advantages"].tolist(), abs=1e-6)
     assert len(logs["rewards"]["kind_reward"]) == 8
+
+
+def test_the_batch_own_prompts_feed_the_history_and_the_planner_strata(make_model, tokenizer, tmp_path):
+    """Every generated prompt (the dataloader's and the refill's) is recorded under its dataset index; the index
+    column that carries it never reaches a reward function."""
+    seen_keys: set[str] = set()
+    generated: set[str] = set()
+
+    class Recording(KindReward):
+        def __call__(self, prompts, completions, kind, **kwargs):
+            seen_keys.update(kwargs)
+            generated.update(p[-1]["content"] if isinstance(p, list) else p for p in prompts)
+            return super().__call__(completions, kind, **kwargs)
+
+    dataset = kinds_dataset(["right", "wrong", "varying"], repeat=8)
+    trainer, _, _ = build(make_model, tokenizer, tmp_path, dataset, reward=Recording(), max_steps=8)
+    trainer.train()
+    assert PROMPT_INDEX_COLUMN not in seen_keys
+    assert PROMPT_INDEX_COLUMN in trainer.train_dataset.column_names
+    index_of = {prompt: i for i, prompt in enumerate(dataset["prompt"])}
+    history = trainer.prompt_history
+    assert set(history.outcomes) == {index_of[p] for p in generated}
+    expected = {"right": "all_max", "wrong": "all_min", "varying": "informative"}
+    assert all(history.stratum(i) == expected[dataset[i]["kind"]] for i in history.outcomes)
+    # The planner learnt a rate per stratum: high for prompts informative last time, none for constant ones.
+    planner = trainer.refill_planner
+    assert {"unseen", "all_max", "all_min", "informative"} <= set(planner.estimates)
+    assert planner.expected_retention("informative") > 0.5 > planner.expected_retention("all_max")
+
+
+def test_an_existing_index_column_is_refused(make_model, tokenizer, tmp_path):
+    dataset = kinds_dataset(["right", "varying"], 4).add_column(PROMPT_INDEX_COLUMN, list(range(8)))
+    with pytest.raises(ValueError, match=PROMPT_INDEX_COLUMN):
+        build(make_model, tokenizer, tmp_path, dataset)

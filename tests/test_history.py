@@ -191,3 +191,37 @@ def test_group_outcomes_agree_with_the_zero_variance_split(values):
         split.all_min,
         split.other,
     )
+
+
+# --- strata and previews (the planner reads both) ------------------------------------------------------------------
+
+
+def test_stratum_is_the_last_outcome():
+    history = PromptHistory(window=2)
+    history.record([1, 2], [INF, HIGH])
+    history.record([1], [LOW])
+    assert [history.stratum(i) for i in (1, 2, 3)] == ["all_min", "all_max", "unseen"]
+    history.record([3], [OTHER])
+    assert history.stratum(3) == "other"
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sampled_from([INF, HIGH, LOW]), min_size=20, max_size=20), st.integers(1, 8))
+def test_a_dry_run_admission_previews_the_real_one_without_counting(outcomes, count):
+    history = PromptHistory(window=1, floor=0.3, seed=5)
+    history.record(range(20), outcomes)
+    preview_stream, real_stream = RefillSampler(20, seed=2), RefillSampler(20, seed=2)
+    preview = history.admit(preview_stream.take, count, step=4, round_index=2, commit=False)
+    assert (history.proposed, history.skipped) == (0, 0)
+    real = history.admit(real_stream.take, count, step=4, round_index=2)
+    assert preview == real
+    assert history.proposed == real.proposed
+
+
+def test_peek_does_not_advance_the_refill_stream():
+    sampler = RefillSampler(dataset_size=5, seed=0)
+    sampler.take(3)
+    state = sampler.state_dict()
+    assert sampler.peek(7) == sampler.peek(7)  # across a pass boundary too
+    assert sampler.state_dict() == state
+    assert sampler.peek(7) == sampler.take(7)

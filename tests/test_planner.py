@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import random
@@ -189,30 +190,129 @@ def test_the_last_round_aims_higher():
     assert planner.next_round(8, rounds_left=1) > planner.next_round(8, rounds_left=5)
 
 
-def test_separate_sources_trust_a_better_refill_stream():
-    pooled, separate = RefillPlanner(max_oversample=8.0), RefillPlanner(max_oversample=8.0, separate_sources=True)
-    for planner in (pooled, separate):
+# --- strata ---------------------------------------------------------------------------------------------------------
+
+
+def poisson_binomial_at_least(needed: int, rates: list[float]) -> float:
+    """Brute force: P(at least ``needed`` successes) for independent Bernoulli groups (2^n outcomes)."""
+    total = 0.0
+    for outcome in itertools.product((0, 1), repeat=len(rates)):
+        if sum(outcome) >= needed:
+            total += math.prod(r if o else 1 - r for r, o in zip(rates, outcome))
+    return total
+
+
+def sharp_planner(rates: dict[str, float], **kwargs) -> RefillPlanner:
+    """A planner whose per-stratum estimates are (almost) exact: a huge evidence count at the given rates."""
+    planner = RefillPlanner(decay=1.0, **kwargs)
+    for stratum, rate in rates.items():
+        planner.observe(10**7, round(rate * 10**7), stratum=stratum)
+    planner.end_step()
+    return planner
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    own=st.lists(st.sampled_from("hc"), min_size=1, max_size=5),
+    stream=st.lists(st.sampled_from("hc"), min_size=8, max_size=8),
+    confidence=st.floats(0.3, 0.95),
+)
+def test_round_size_is_the_smallest_that_reaches_the_confidence_by_brute_force(own, stream, confidence):
+    rates = {"h": 0.8, "c": 0.15}
+    planner = sharp_planner(rates, confidence=confidence, max_oversample=3.0)
+    target = len(own)
+    refill = planner.first_round(target, own=[own], candidates=lambda n: stream[:n])
+    upper = min(2 * target, len(stream))
+
+    def exact(k: int) -> float:
+        return poisson_binomial_at_least(target, [rates[s] for s in own + stream[:k]])
+
+    if refill < upper:  # the plan reaches the confidence, and one group fewer would not
+        assert exact(refill) >= confidence - 1e-4
+    assert refill == 0 or exact(refill - 1) < confidence + 1e-4
+
+
+def test_two_processes_must_both_fill_and_take_contiguous_shares():
+    rates = {"h": 0.9, "c": 0.1}
+    stream = list("hhhhcccc" * 4)
+    two = sharp_planner(rates, confidence=0.9, num_processes=2, max_oversample=4.0)
+    refill = two.first_round(2, own=[["h", "h"], ["c", "c"]], candidates=lambda n: stream[:n])
+
+    # process 0 gets stream[0:k], process 1 stream[k:2k]; both must reach 2 informative groups with chance >= 0.9
+    def both(k: int) -> float:
+        first = poisson_binomial_at_least(2, [rates[s] for s in ["h", "h", *stream[:k]]])
+        second = poisson_binomial_at_least(2, [rates[s] for s in ["c", "c", *stream[k : 2 * k]]])
+        return first * second
+
+    assert both(refill) >= 0.9 - 1e-4 > both(refill - 1)
+    # a process that already has its groups does not count
+    one = sharp_planner(rates, confidence=0.9, max_oversample=4.0)
+    one.first_round(2, own=[["c", "c"]])
+    hot = lambda n: ["h"] * n  # noqa: E731
+    assert two.next_round([0, 3], candidates=hot) == one.next_round(3, candidates=hot) > 3
+
+
+def test_strata_trust_a_better_refill_stream():
+    def learn(stratified: bool) -> RefillPlanner:
+        planner = RefillPlanner(max_oversample=8.0)
         for _ in range(10):
             refill = planner.first_round(32)
-            planner.observe(32, 8, source="batch")  # the dataloader's prompts: retention 1/4
-            planner.observe(refill, int(refill * 0.8), source="refill")  # a filtered refill stream: 4/5
+            planner.observe(32, 8, stratum="cold" if stratified else "all")  # retention 1/4
+            planner.observe(refill, int(refill * 0.8), stratum="hot" if stratified else "all")  # 4/5
             planner.end_step()
-    assert separate.first_round(32) < pooled.first_round(32)
-    assert separate.expected_retention("refill") > 0.7 > 0.3 > separate.expected_retention("batch")
+        return planner
+
+    pooled, stratified = learn(False), learn(True)
+    hot_stream = lambda n: ["hot"] * n  # noqa: E731
+    cold_batch = [["cold"] * 32]
+    assert stratified.first_round(32, own=cold_batch, candidates=hot_stream) < pooled.first_round(32)
+    assert stratified.expected_retention("hot") > 0.7 > 0.3 > stratified.expected_retention("cold")
+    # an unseen stratum starts from the pooled rate, not from the fixed prior
+    assert stratified.expected_retention("never seen") == pytest.approx(stratified.expected_retention(), abs=0.05)
+
+
+def test_knowing_the_strata_costs_less_surplus_at_the_same_shortfall_rate():
+    """Two kinds of prompts (retention 0.9 and 0.05), mixed half and half: an unstratified planner sees one rate of
+    about 1/2 and must cover the mix's variance; a stratified one knows which prompts a round holds."""
+    rng = random.Random(3)
+    rates = {"hot": 0.9, "cold": 0.05}
+    results = {}
+    for stratified in (False, True):
+        planner = RefillPlanner(confidence=0.95, max_oversample=6.0)
+        generated = short = 0
+        for step in range(300):
+            kinds = [rng.choice(("hot", "cold")) for _ in range(200)]
+            labels = kinds if stratified else ["all"] * len(kinds)
+            refill = planner.first_round(
+                16, own=[labels[:16]], candidates=lambda n, labels=labels: labels[16 : 16 + n]
+            )
+            round_kinds = kinds[: 16 + refill]
+            outcomes = [rng.random() < rates[k] for k in round_kinds]
+            for kind, informative in zip(round_kinds, outcomes):
+                planner.observe(1, int(informative), stratum=kind if stratified else "all")
+            planner.end_step()
+            if step >= 20:
+                generated += len(round_kinds)
+                short += sum(outcomes) < 16
+        results[stratified] = (generated, short)
+    assert results[True][0] < 0.95 * results[False][0]  # fewer groups generated...
+    assert results[True][1] <= results[False][1] + 10  # ...without falling short much more often
 
 
 # --- checkpoints and validation -------------------------------------------------------------------------------------
 
 
 def test_state_round_trip_gives_identical_plans():
-    original = RefillPlanner(separate_sources=True)
+    original = RefillPlanner()
     run_steps(original, 0.4, steps=7)
     original.first_round(32)
-    original.observe(40, 17, source="batch")  # a step in progress
-    restored = RefillPlanner(separate_sources=True)
+    original.observe(40, 17, stratum="informative")  # a step in progress, in a stratum
+    original.observe(8, 1, stratum="all_max")
+    restored = RefillPlanner()
     restored.load_state_dict(json.loads(json.dumps(original.state_dict())))
     assert restored.state_dict() == original.state_dict()
-    assert restored.next_round(9, rounds_left=3) == original.next_round(9, rounds_left=3)
+    stream = lambda n: ["informative", "all_max", "unseen"][: n % 3] * n  # noqa: E731
+    assert restored.next_round(9, rounds_left=3, candidates=stream) == original.next_round(9, 3, candidates=stream)
     restored.end_step(), original.end_step()
     assert restored.first_round(32) == original.first_round(32)
 
@@ -239,4 +339,6 @@ def test_rejects_impossible_counts():
     with pytest.raises(ValueError):
         planner.observe(attempted=3, informative=4)
     with pytest.raises(ValueError):
-        planner.observe(attempted=3, informative=1, source="elsewhere")
+        planner.first_round(4, own=[["all"] * 3])  # one stratum per own group
+    with pytest.raises(ValueError):
+        planner.next_round([1, 2])  # one missing count per process (here 1)

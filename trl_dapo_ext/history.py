@@ -32,6 +32,8 @@ class GroupOutcome(IntEnum):
 
 
 _CODES = "IHLO"  # one character per outcome in checkpoints: Informative, High, Low, Other
+_STRATA = {"I": "informative", "H": "all_max", "L": "all_min", "O": "other"}
+UNSEEN = "unseen"
 
 
 def seeded_uniform(seed: int, *keys: int) -> float:
@@ -107,6 +109,18 @@ class PromptHistory:
             code = _CODES[GroupOutcome(int(outcome))]
             self.outcomes[int(index)] = (self.outcomes.get(int(index), "") + code)[-self.window :]
 
+    def stratum(self, index: int) -> str:
+        """What the last group of ``index`` turned out to be (a planner stratum), ``"unseen"`` if never generated.
+
+        Example:
+            >>> history = PromptHistory()
+            >>> history.record([3], [GroupOutcome.ALL_MIN])
+            >>> history.stratum(3), history.stratum(4)
+            ('all_min', 'unseen')
+        """
+        codes = self.outcomes.get(int(index))
+        return _STRATA[codes[-1]] if codes else UNSEEN
+
     def skippable(self, index: int) -> bool:
         """Whether ``index`` was zero-variance (of a skipped kind) in each of its last ``window`` groups."""
         codes = self.outcomes.get(index, "")
@@ -119,13 +133,15 @@ class PromptHistory:
         step: int,
         round_index: int,
         max_proposals: int | None = None,
+        commit: bool = True,
     ) -> Admission:
         """Draw from ``propose`` (e.g. ``RefillSampler.take``) until ``count`` indices are admitted.
 
         ``step`` and ``round_index`` key the coins, so pass numbers every process agrees on (the global step and
         the round within it). At most ``max_proposals`` (default ``max_proposals_factor * count``) indices are
         drawn; past that the rest are admitted without a coin (``forced``), so the call always returns ``count``
-        indices even if every prompt looks zero-variance.
+        indices even if every prompt looks zero-variance. ``commit=False`` leaves the cumulative counters alone (a
+        dry run, e.g. on a copy of the stream to preview what a round would admit: the coins make it repeatable).
         """
         if count <= 0:
             return Admission(admitted=[], proposed=0, skipped=0, readmitted=0, forced=0)
@@ -147,6 +163,10 @@ class PromptHistory:
                     readmitted += 1
                 else:
                     skipped += 1
+        if not commit:
+            return Admission(
+                admitted=admitted, proposed=proposed, skipped=skipped, readmitted=readmitted, forced=forced
+            )
         self.proposed += proposed
         self.skipped += skipped
         self.readmitted += readmitted

@@ -2,30 +2,39 @@
 
 Dynamic sampling keeps only *informative* groups (the task reward varies). A round that asks for too few prompts
 needs another round (another generation call, with its fixed cost and long tail); one that asks for too many
-generates surplus informative groups that are thrown away. :class:`RefillPlanner` sizes each round from a running
-estimate of the retention rate (informative groups / attempted groups):
+generates surplus informative groups that are thrown away. :class:`RefillPlanner` sizes each round from running
+estimates of the retention rate (informative groups / attempted groups):
 
-* The estimate is a Beta posterior over the retention rate: a weak prior plus the counts of earlier steps, each step
-  down-weighted by ``decay`` so that the estimate follows a policy that is learning (retention drifts).
-* A round of ``n`` groups yields a Beta-Binomial number of informative groups (a Binomial whose rate is itself
-  uncertain), so the planner picks the smallest ``n`` whose chance of filling the batch is at least ``confidence``
-  (on every process: ``confidence ** (1 / num_processes)`` per process, which is conservative because the
-  processes share one retention rate). The margin therefore shrinks by itself as evidence accumulates, and a
-  retention rate of 0 just means the largest round allowed, never a division by zero.
+* Each estimate is a Beta posterior: a weak prior plus the counts of earlier steps, each step down-weighted by
+  ``decay`` so that the estimate follows a policy that is learning (retention drifts).
+* Prompts can be split into **strata** that the caller names, e.g. by what a prompt's last group turned out to be
+  (:meth:`trl_dapo_ext.history.PromptHistory.stratum`): a prompt that was informative last time is far more likely
+  to be informative again than one that was all right. Each stratum has its own estimate (its prior is the pooled
+  rate), and a round's informative count is a sum of one Beta-Binomial per stratum. Knowing which prompts a round
+  holds narrows that sum, so the same confidence costs fewer surplus groups (without history: one stratum).
+* The planner picks the smallest round whose chance of filling the batch on every process is at least
+  ``confidence`` (the product of the processes' chances: conservative, because they share one retention rate).
+  The margin shrinks by itself as evidence accumulates, and a retention rate of 0 just means the largest round
+  allowed, never a division by zero.
 * Rounds are capped (``max_oversample`` times the batch's groups: the memory of one generation call) and so is the
   whole step (``max_groups_per_step``): the planner never asks for more than what is left of the budget.
 
-Everything is plain arithmetic on counts that every process agrees on (gathered counts), so every process computes
-the same plan. No torch.
+Everything is plain arithmetic on counts and strata that every process agrees on (gathered counts, the shared refill
+stream), so every process computes the same plan. No torch (numpy for the convolutions).
 """
 
 from __future__ import annotations
 
+import functools
 import math
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-SOURCES = ("batch", "refill")
+import numpy as np
+
+POOLED = "all"  # the stratum of prompts the caller does not stratify
 
 
 @dataclass
@@ -63,6 +72,11 @@ class RetentionEstimate:
         self.uninformative = decay * self.uninformative + (attempted - informative)
 
 
+@functools.lru_cache(maxsize=4096)
+def _beta_binomial_pmf(trials: int, alpha: float, beta: float) -> tuple[float, ...]:
+    return tuple(beta_binomial_pmf(trials, alpha, beta))
+
+
 def beta_binomial_pmf(trials: int, alpha: float, beta: float) -> list[float]:
     """``P(Y = y)`` for ``y = 0..trials`` when ``Y ~ Binomial(trials, r)`` and ``r ~ Beta(alpha, beta)``.
 
@@ -98,43 +112,40 @@ def at_least_probability(needed: int, sources: list[tuple[int, float, float]]) -
     """
     if needed <= 0:
         return 1.0
-    sources = [source for source in sources if source[0] > 0]
+    sources = sorted((source for source in sources if source[0] > 0), key=lambda source: source[0])
     if not sources:
         return 0.0
-    distribution = [1.0]  # pmf of the sum of all sources but the last
+    distribution = np.ones(1)  # pmf of the sum of all sources but the largest
     for trials, alpha, beta in sources[:-1]:
-        pmf = beta_binomial_pmf(trials, alpha, beta)
-        combined = [0.0] * (len(distribution) + trials)
-        for x, px in enumerate(distribution):
-            for y, py in enumerate(pmf):
-                combined[x + y] += px * py
-        distribution = combined
-    # The last source (the refill, the largest) only through its tail: O(len) instead of a full convolution.
-    last = beta_binomial_pmf(*sources[-1])
-    tail = [0.0] * (len(last) + 1)  # tail[k] = P(last >= k)
-    for k in range(len(last) - 1, -1, -1):
-        tail[k] = tail[k + 1] + last[k]
-    total = sum(px * tail[min(max(needed - x, 0), len(last))] for x, px in enumerate(distribution))
-    return min(1.0, total)
+        distribution = np.convolve(distribution, _beta_binomial_pmf(trials, alpha, beta))
+    # The largest source only through its tail: O(len) instead of a full convolution.
+    last = np.asarray(_beta_binomial_pmf(*sources[-1]))
+    tail = np.append(np.cumsum(last[::-1])[::-1], 0.0)  # tail[k] = P(largest >= k)
+    shortfall = np.clip(needed - np.arange(len(distribution)), 0, len(last))
+    return float(min(1.0, np.dot(distribution, tail[shortfall])))
+
+
+Strata = Sequence[str]  # one stratum name per prompt group
+Candidates = Callable[[int], Strata]  # strata of the next n global refill prompts, in stream order (a peek)
 
 
 class RefillPlanner:
     """Sizes dynamic-sampling rounds so that one round usually fills the batch, within a hard budget.
 
     All group counts passed in and returned are **per process** except those given to :meth:`observe`, which are
-    **global** (summed over processes: retention is a ratio, so either works, and global counts are what the
-    trainer gathers anyway). Per optimizer batch the trainer calls::
+    **global** (summed over processes: retention is a ratio, and global counts are what the trainer gathers anyway).
+    Per optimizer batch the trainer calls::
 
-        refill = planner.first_round(target_groups)            # extra groups for round 1 (besides the batch's own)
+        refill = planner.first_round(target_groups, own=..., candidates=...)  # refill groups added to round 1
         ... generate, filter ...
-        planner.observe(attempted, informative, source=...)    # once per round (and source), global counts
-        refill = planner.next_round(missing_groups, rounds_left)  # while some process still misses groups
+        planner.observe(attempted, informative, stratum=...)   # per round and stratum, global counts
+        refill = planner.next_round(missing_groups, rounds_left, candidates=...)  # while a process misses groups
         ...
         planner.end_step()
 
-    ``source`` tells the trainer's own batch prompts (``"batch"``) from the refill stream's (``"refill"``). They
-    only differ when the refill stream is filtered (prompt-history skipping); with ``separate_sources=False`` both
-    feed one estimate.
+    ``own`` (per process, the strata of the batch's own prompt groups) and ``candidates`` (a peek at the strata of
+    the refill stream's next prompts) are optional: without them every group is in one pooled stratum. Process ``p``
+    receives the ``p``-th contiguous share of each round's global refill slice (``RefillSampler.take_local``).
 
     Example:
         >>> planner = RefillPlanner(max_oversample=4.0, confidence=0.95)
@@ -142,8 +153,8 @@ class RefillPlanner:
         ...     refill = planner.first_round(target_groups=32)
         ...     planner.observe(attempted=32 + refill, informative=(32 + refill) // 2)
         ...     planner.end_step()
-        >>> planner.first_round(target_groups=32)  # 32 / 0.5 = 64 groups plus a 95% margin (81), less the batch's 32
-        49
+        >>> planner.first_round(target_groups=32)  # 32 / 0.5 = 64 groups plus a 95% margin (82), less the batch's 32
+        50
         >>> planner.next_round(missing_groups=3, rounds_left=5)  # after round 1 fell 3 groups short
         11
     """
@@ -152,13 +163,12 @@ class RefillPlanner:
         self,
         max_oversample: float = 4.0,
         max_groups_per_step: int | None = None,
-        confidence: float = 0.95,
+        confidence: float = 0.99,
         last_round_confidence: float = 0.999,
         decay: float = 0.8,
         prior_retention: float = 0.5,
         prior_strength: float = 2.0,
         num_processes: int = 1,
-        separate_sources: bool = False,
     ):
         if not max_oversample >= 1.0:
             raise ValueError(f"max_oversample={max_oversample} must be >= 1: round 1 holds at least the batch")
@@ -178,11 +188,10 @@ class RefillPlanner:
         self.confidence = confidence
         self.last_round_confidence = last_round_confidence
         self.decay = decay
+        self.prior_retention = prior_retention
+        self.prior_strength = prior_strength
         self.num_processes = num_processes
-        self.separate_sources = separate_sources
-        self.estimates = {
-            source: RetentionEstimate(prior_mean=prior_retention, prior_strength=prior_strength) for source in SOURCES
-        }
+        self.estimates: dict[str, RetentionEstimate] = {}  # decayed counts of earlier steps, per stratum
         self._reset_step()
 
     # --- per step ---------------------------------------------------------------------------------------------------
@@ -190,47 +199,64 @@ class RefillPlanner:
     def _reset_step(self) -> None:
         self.step_target = 0  # groups per process the batch needs
         self.step_planned = 0  # groups per process generated or planned this step, the batch's own included
-        self.step_counts = {source: [0, 0] for source in SOURCES}  # global [attempted, informative]
+        self.step_counts: dict[str, list[int]] = {}  # global [attempted, informative] per stratum, this step
 
-    def _source(self, source: str) -> str:
-        if source not in SOURCES:
-            raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
-        return source if self.separate_sources else "batch"
+    def _pooled_mean(self) -> float:
+        """Retention over all strata (decayed history plus this step): the prior of every stratum's estimate."""
+        pooled = RetentionEstimate(self.prior_retention, self.prior_strength)
+        for estimate in self.estimates.values():
+            pooled.informative += estimate.informative
+            pooled.uninformative += estimate.uninformative
+        return pooled.mean(*(sum(counts[i] for counts in self.step_counts.values()) for i in (0, 1)))
 
-    def _posterior(self, source: str) -> tuple[float, float]:
-        source = self._source(source)
-        return self.estimates[source].alpha_beta(*self.step_counts[source])
+    def _posteriors(self, strata: set[str]) -> dict[str, tuple[float, float]]:
+        prior = RetentionEstimate(self._pooled_mean(), self.prior_strength)
+        posteriors = {}
+        for stratum in strata:
+            history = self.estimates.get(stratum, RetentionEstimate())
+            prior.informative, prior.uninformative = history.informative, history.uninformative
+            posteriors[stratum] = prior.alpha_beta(*self.step_counts.get(stratum, (0, 0)))
+        return posteriors
 
-    def _per_process_confidence(self, rounds_left: int | None) -> float:
-        wanted = self.last_round_confidence if rounds_left == 1 else self.confidence
-        return wanted ** (1.0 / self.num_processes)
+    def _wanted(self, rounds_left: int | None) -> float:
+        return self.last_round_confidence if rounds_left == 1 else self.confidence
 
     def _round_cap(self) -> int:
         return math.ceil(self.step_target * self.max_oversample)
 
-    def _budget_left(self) -> int | None:
-        if self.max_groups_per_step is None:
-            return None
-        return max(self.max_groups_per_step - self.step_planned, 0)
+    def _fill_chance(self, needed: Sequence[int], own: Sequence[Strata], peeked: Strata, refill: int) -> float:
+        """Chance that every process reaches its ``needed`` groups when each adds ``refill`` refill groups."""
+        shares = [peeked[p * refill : (p + 1) * refill] for p in range(self.num_processes)]
+        posteriors = self._posteriors({s for groups in (*own, *shares) for s in groups})
+        chance = 1.0
+        for p in range(self.num_processes):
+            if needed[p] > 0:
+                counts = Counter(own[p]) + Counter(shares[p])
+                chance *= at_least_probability(needed[p], [(n, *posteriors[s]) for s, n in counts.items()])
+        return chance
 
-    def _smallest_refill(self, needed: int, fixed: list[tuple[int, float, float]], upper: int, wanted: float) -> int:
-        """Smallest refill count in ``[0, upper]`` whose chance to yield ``needed`` groups reaches ``wanted``.
+    def _smallest_refill(
+        self, needed: Sequence[int], own: Sequence[Strata], candidates: Candidates | None, upper: int, wanted: float
+    ) -> int:
+        """Smallest refill count in ``[0, upper]`` whose chance to fill every process reaches ``wanted``.
 
-        ``fixed`` are groups already in the round (the batch's own). Returns ``upper`` when even that falls short.
+        Returns ``upper`` when even that falls short. The chance grows with the refill count (more groups can only
+        add informative ones), so a bisection finds it.
         """
-        alpha, beta = self._posterior("refill")
+        if upper <= 0:
+            return 0
+        peeked = list(candidates(upper * self.num_processes)) if candidates is not None else []
+        if len(peeked) < upper * self.num_processes:
+            peeked += [POOLED] * (upper * self.num_processes - len(peeked))
 
         def chance(refill: int) -> float:
-            if not self.separate_sources:  # one shared rate: the whole round is a single Beta-Binomial
-                trials = refill + sum(trials for trials, _, _ in fixed)
-                return at_least_probability(needed, [(trials, alpha, beta)])
-            return at_least_probability(needed, [*fixed, (refill, alpha, beta)])
+            return self._fill_chance(needed, own, peeked, refill)
 
-        if upper <= 0 or chance(0) >= wanted:
+        if chance(0) >= wanted:
             return 0
         if chance(upper) < wanted:
             return upper
-        low, high = 0, upper  # chance(low) < wanted <= chance(high); chance grows with the refill count
+        low, high = 0, upper  # chance(low) < wanted <= chance(high)
         while high - low > 1:
             middle = (low + high) // 2
             if chance(middle) >= wanted:
@@ -239,11 +265,19 @@ class RefillPlanner:
                 low = middle
         return high
 
-    def first_round(self, target_groups: int, rounds_left: int | None = None) -> int:
+    def first_round(
+        self,
+        target_groups: int,
+        rounds_left: int | None = None,
+        own: Sequence[Strata] | None = None,
+        candidates: Candidates | None = None,
+    ) -> int:
         """Start a step: how many refill groups (per process) round 1 adds to the batch's own ``target_groups``.
 
-        ``rounds_left`` counts round 1 itself (``dynamic_sampling_max_rounds``); with 1 the planner aims at
-        ``last_round_confidence``. Folds a previous step that was not closed with :meth:`end_step`.
+        ``own``: per process, the strata of its ``target_groups`` own groups (default: all pooled). ``candidates``:
+        a peek at the refill stream (default: pooled). ``rounds_left`` counts round 1 itself
+        (``dynamic_sampling_max_rounds``); with 1 the planner aims at ``last_round_confidence``. Folds a previous
+        step that was not closed with :meth:`end_step`.
 
         Example:
             >>> RefillPlanner(max_oversample=3.0).first_round(8)  # no evidence yet: the largest round allowed
@@ -251,27 +285,32 @@ class RefillPlanner:
         """
         if target_groups < 0:
             raise ValueError(f"target_groups={target_groups} must be >= 0")
+        if own is None:
+            own = [[POOLED] * target_groups] * self.num_processes
+        if len(own) != self.num_processes or any(len(groups) != target_groups for groups in own):
+            raise ValueError(f"own must hold {self.num_processes} lists of {target_groups} strata (one per group)")
         self.end_step()
         self.step_target = target_groups
         upper = self._round_cap() - target_groups
         if self.max_groups_per_step is not None:
             upper = min(upper, self.max_groups_per_step - target_groups)
-        batch_alpha, batch_beta = self._posterior("batch")
-        refill = self._smallest_refill(
-            needed=target_groups,
-            fixed=[(target_groups, batch_alpha, batch_beta)],
-            upper=max(upper, 0),
-            wanted=self._per_process_confidence(rounds_left),
-        )
+        needed = [target_groups] * self.num_processes
+        refill = self._smallest_refill(needed, own, candidates, max(upper, 0), self._wanted(rounds_left))
         self.step_planned = target_groups + refill
         return refill
 
-    def next_round(self, missing_groups: int, rounds_left: int | None = None) -> int:
-        """Refill groups (per process) for the next round; ``missing_groups`` is the maximum over processes.
+    def next_round(
+        self,
+        missing_groups: int | Sequence[int],
+        rounds_left: int | None = None,
+        candidates: Candidates | None = None,
+    ) -> int:
+        """Refill groups (per process) for the next round.
 
-        ``rounds_left`` counts the round being planned; with 1 the planner aims at ``last_round_confidence``.
-        Returns 0 when nothing is missing or the step's budget is spent (the trainer must then stop: exhausted),
-        otherwise at least 1 and never more than the round cap or what is left of ``max_groups_per_step``.
+        ``missing_groups``: per process (or one number for all, e.g. the maximum). ``rounds_left`` counts the round
+        being planned; with 1 the planner aims at ``last_round_confidence``. Returns 0 when nothing is missing or
+        the step's budget is spent (the trainer must then stop: exhausted), otherwise at least 1 and never more
+        than the round cap or what is left of ``max_groups_per_step``.
 
         Example:
             >>> planner = RefillPlanner(max_oversample=3.0, max_groups_per_step=20)
@@ -281,57 +320,66 @@ class RefillPlanner:
             >>> planner.next_round(missing_groups=8)  # the step's 20 groups are spent: stop (exhausted)
             0
         """
-        if missing_groups <= 0:
+        if isinstance(missing_groups, int):
+            missing_groups = [missing_groups] * self.num_processes
+        if len(missing_groups) != self.num_processes:
+            raise ValueError(f"missing_groups needs one count per process ({self.num_processes})")
+        if max(missing_groups) <= 0:
             return 0
         upper = max(self._round_cap(), 1)
-        budget = self._budget_left()
-        if budget is not None:
-            upper = min(upper, budget)
+        if self.max_groups_per_step is not None:
+            upper = min(upper, max(self.max_groups_per_step - self.step_planned, 0))
         if upper <= 0:
             return 0
-        refill = max(1, self._smallest_refill(missing_groups, [], upper, self._per_process_confidence(rounds_left)))
+        empty: list[list[str]] = [[] for _ in range(self.num_processes)]
+        refill = self._smallest_refill(missing_groups, empty, candidates, upper, self._wanted(rounds_left))
+        refill = max(1, refill)
         self.step_planned += refill
         return refill
 
-    def observe(self, attempted: int, informative: int, source: str = "refill") -> None:
-        """Global counts of one round's groups from one source (call once per source per round)."""
+    def observe(self, attempted: int, informative: int, stratum: str = POOLED) -> None:
+        """Global counts of one round's groups of one stratum (call once per stratum per round)."""
         if not 0 <= informative <= attempted:
             raise ValueError(f"need 0 <= informative <= attempted, got informative={informative}, {attempted=}")
-        counts = self.step_counts[self._source(source)]
+        counts = self.step_counts.setdefault(str(stratum), [0, 0])
         counts[0] += attempted
         counts[1] += informative
 
     def end_step(self) -> None:
         """Fold this step's counts into the decayed history (idempotent; :meth:`first_round` calls it too)."""
-        for source in SOURCES:
-            attempted, informative = self.step_counts[source]
-            if attempted:
-                self.estimates[source].fold(attempted, informative, self.decay)
+        for stratum in set(self.estimates) | set(self.step_counts):
+            attempted, informative = self.step_counts.get(stratum, (0, 0))
+            self.estimates.setdefault(stratum, RetentionEstimate()).fold(attempted, informative, self.decay)
         self._reset_step()
 
     # --- logging and checkpoints ------------------------------------------------------------------------------------
 
-    def expected_retention(self, source: str = "refill") -> float:
-        """Posterior mean retention (with this step's counts so far), e.g. for a ``dynamic_sampling/`` metric."""
-        alpha, beta = self._posterior(source)
+    def expected_retention(self, stratum: str | None = None) -> float:
+        """Posterior mean retention of one stratum, or pooled over all (``None``), with this step's counts so far."""
+        if stratum is None:
+            return self._pooled_mean()
+        alpha, beta = self._posteriors({stratum})[stratum]
         return alpha / (alpha + beta)
 
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable state: the decayed counts and the step in progress (checkpoints land between steps)."""
         return {
             "estimates": {
-                source: {"informative": estimate.informative, "uninformative": estimate.uninformative}
-                for source, estimate in self.estimates.items()
+                stratum: {"informative": estimate.informative, "uninformative": estimate.uninformative}
+                for stratum, estimate in self.estimates.items()
             },
             "step_target": self.step_target,
             "step_planned": self.step_planned,
-            "step_counts": {source: list(counts) for source, counts in self.step_counts.items()},
+            "step_counts": {stratum: list(counts) for stratum, counts in self.step_counts.items()},
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        for source, saved in state["estimates"].items():
-            self.estimates[source].informative = float(saved["informative"])
-            self.estimates[source].uninformative = float(saved["uninformative"])
+        self.estimates = {
+            stratum: RetentionEstimate(
+                informative=float(saved["informative"]), uninformative=float(saved["uninformative"])
+            )
+            for stratum, saved in state["estimates"].items()
+        }
         self.step_target = int(state["step_target"])
         self.step_planned = int(state["step_planned"])
-        self.step_counts = {source: [int(c) for c in counts] for source, counts in state["step_counts"].items()}
+        self.step_counts = {stratum: [int(c) for c in counts] for stratum, counts in state["step_counts"].items()}

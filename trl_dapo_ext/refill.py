@@ -59,6 +59,20 @@ class RefillSampler:
         self.taken += count
         return indices
 
+    def peek(self, count: int) -> list[int]:
+        """The indices the next ``take(count)`` would return, without advancing the stream.
+
+        Example:
+            >>> sampler = RefillSampler(dataset_size=4, seed=1)
+            >>> sampler.peek(6) == sampler.take(6)
+            True
+        """
+        saved = (self.epoch, self.position, self.taken, self._order)
+        try:
+            return self.take(count)
+        finally:
+            self.epoch, self.position, self.taken, self._order = saved
+
     def take_local(self, count_per_process: int, process_index: int, num_processes: int) -> list[int]:
         """Take ``count_per_process * num_processes`` indices and return this process's contiguous share."""
         indices = self.take(count_per_process * num_processes)

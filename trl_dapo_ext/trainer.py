@@ -22,6 +22,7 @@ exactly what ``trl.GRPOTrainer`` computes.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import math
@@ -32,6 +33,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
+import datasets
 import torch
 from accelerate.utils import gather_object
 from transformers import TrainerCallback
@@ -55,12 +57,24 @@ from .filtering import (
 )
 from .history import GroupOutcome, PromptHistory
 from .overlong import OverlongPenalty
-from .planner import RefillPlanner
+from .planner import POOLED, RefillPlanner
 from .refill import RefillSampler
 
 logger = logging.getLogger(__name__)
 
 REFILL_STATE_FILE = "dapo_refill_state.json"
+# With dynamic sampling, each training row carries its dataset index in this column, so that the prompt history also
+# learns from the dataloader's own prompts; it is removed before TRL (and the reward functions) see the rows.
+PROMPT_INDEX_COLUMN = "dapo_ext_prompt_index"
+
+
+def _with_prompt_index(dataset: Any) -> Any:
+    """A ``datasets.Dataset`` with :data:`PROMPT_INDEX_COLUMN` added; any other dataset unchanged (no index)."""
+    if not isinstance(dataset, datasets.Dataset):
+        return dataset
+    if PROMPT_INDEX_COLUMN in dataset.column_names:
+        raise ValueError(f"train_dataset already has a column {PROMPT_INDEX_COLUMN!r}; dynamic sampling needs it")
+    return dataset.add_column(PROMPT_INDEX_COLUMN, list(range(len(dataset))))
 
 
 class DynamicSamplingExhausted(RuntimeError):
@@ -121,6 +135,8 @@ class DAPOTrainer(GRPOTrainer):
             model_name = model if isinstance(model, str) else get_config_model_id(model.config)
             args = DAPOConfig(f"{model_name.split('/')[-1]}-GRPO")
         args = as_dapo_config(args)
+        if args.dynamic_sampling and "train_dataset" in kwargs:
+            kwargs["train_dataset"] = _with_prompt_index(kwargs["train_dataset"])
         super().__init__(model, reward_funcs, args=args, **kwargs)
         compat.check_private_attributes(self)
 
@@ -330,14 +346,13 @@ class DAPOTrainer(GRPOTrainer):
                 confidence=args.dynamic_sampling_confidence,
                 decay=args.dynamic_sampling_retention_decay,
                 num_processes=self.accelerator.num_processes,
-                separate_sources=args.dynamic_sampling_skip_window > 0,
             )
-        self.prompt_history = None
-        if args.dynamic_sampling_skip_window > 0:
-            self.prompt_history = PromptHistory(
-                window=args.dynamic_sampling_skip_window, floor=args.dynamic_sampling_skip_floor, seed=seed
-            )
-        self._refill_indices: list[int] = []  # dataset indices of this process's refill groups in the current round
+        # Every prompt's last outcomes: the planner's strata, and (when a skip window is set) the skip rule.
+        self.skips_prompts = args.dynamic_sampling_skip_window > 0
+        self.prompt_history = PromptHistory(
+            window=max(args.dynamic_sampling_skip_window, 1), floor=args.dynamic_sampling_skip_floor, seed=seed
+        )
+        self._round_indices: list[int] = []  # dataset index of each of this process's groups in the current round
         self._skip_counts = [0, 0, 0]  # this step: skipped, readmitted, forced refill prompts
         self._reward_range = [math.inf, -math.inf]  # filter-reward extremes seen so far (all_max / all_min split)
         self._warned_fill = False
@@ -373,30 +388,44 @@ class DAPOTrainer(GRPOTrainer):
         With prompt-history skipping, prompts known to be zero-variance are mostly passed over (the same decision on
         every process: the coins are keyed by step, round and position).
         """
-        self._refill_indices = []
         if groups_per_process <= 0:
             return []
-        rank, num_processes = self.accelerator.process_index, self.accelerator.num_processes
-        if self.prompt_history is None:
-            indices = self.refill_sampler.take_local(groups_per_process, rank, num_processes)
-        else:
-            admission = self.prompt_history.admit(
-                self.refill_sampler.take,
-                groups_per_process * num_processes,
-                step=self.state.global_step,
-                round_index=round_index,
-            )
+        rank = self.accelerator.process_index
+        indices = self._refill_stream(groups_per_process * self.accelerator.num_processes, round_index)
+        indices = indices[rank * groups_per_process : (rank + 1) * groups_per_process]
+        self._round_indices += indices
+        rows = []
+        for index in indices:
+            row = dict(self.train_dataset[index])
+            row.pop(PROMPT_INDEX_COLUMN, None)
+            rows.extend(dict(row) for _ in range(self.num_generations))
+        return rows
+
+    def _refill_stream(self, count: int, round_index: int, preview: bool = False) -> list[int]:
+        """The next ``count`` global refill indices (skipping known zero-variance prompts when enabled).
+
+        ``preview=True`` returns what a real draw would return without advancing the stream or the counters: the
+        skip coins are keyed by (step, round, position, index), so the preview is the real draw's prefix.
+        """
+        if not self.skips_prompts:
+            return self.refill_sampler.peek(count) if preview else self.refill_sampler.take(count)
+        stream = copy.copy(self.refill_sampler) if preview else self.refill_sampler
+        admission = self.prompt_history.admit(
+            stream.take, count, step=self.state.global_step, round_index=round_index, commit=not preview
+        )
+        if not preview:
             self._skip_counts = [
                 total + new
                 for total, new in zip(self._skip_counts, (admission.skipped, admission.readmitted, admission.forced))
             ]
-            indices = admission.admitted[rank * groups_per_process : (rank + 1) * groups_per_process]
-        self._refill_indices = indices
-        rows = []
-        for index in indices:
-            row = self.train_dataset[index]
-            rows.extend(dict(row) for _ in range(self.num_generations))
-        return rows
+        return admission.admitted
+
+    def _stratum(self, index: int) -> str:
+        return self.prompt_history.stratum(index) if index >= 0 else POOLED  # -1: a row without a dataset index
+
+    def _candidate_strata(self, round_index: int):
+        """For the planner: the strata of the refill prompts a round would draw (a preview of the shared stream)."""
+        return lambda count: [self._stratum(i) for i in self._refill_stream(count, round_index, preview=True)]
 
     def _dynamic_sampling_batch(self, inputs: list[dict[str, Any]]) -> dict[str, torch.Tensor | Any]:
         args, G = self.args, self.num_generations
@@ -404,12 +433,18 @@ class DAPOTrainer(GRPOTrainer):
         target = len(inputs) // G  # groups this process must deliver
         max_rounds = args.dynamic_sampling_max_rounds
         planner = self.refill_planner
+        # The batch's own prompts: their dataset indices (taken out of the rows) say what they were last time.
+        self._round_indices = [int(row.pop(PROMPT_INDEX_COLUMN, -1)) for row in inputs][::G]
+        self._skip_counts = [0, 0, 0]
         if planner is None:  # fixed first round; later rounds never larger
             first_round_groups = math.ceil(target * args.dynamic_sampling_oversample)
             first_refill = first_round_groups - target
         else:
-            first_refill = planner.first_round(target, rounds_left=max_rounds)
-        self._skip_counts = [0, 0, 0]
+            own = self.accelerator.gather(torch.tensor(self._round_indices, device=self.accelerator.device)).cpu()
+            own_strata = [[self._stratum(i) for i in row] for row in own.view(num_processes, target).tolist()]
+            first_refill = planner.first_round(
+                target, rounds_left=max_rounds, own=own_strata, candidates=self._candidate_strata(round_index=1)
+            )
         metric_marks = {key: len(values) for key, values in self._metrics["train"].items()}
         original_logs, round_logs = self._logs, {}
 
@@ -463,31 +498,23 @@ class DAPOTrainer(GRPOTrainer):
                 outcomes.count(GroupOutcome.ALL_MIN),
                 outcomes.count(GroupOutcome.OTHER),
             ]
-            # The batch's own prompts (round 1 only) and the refill prompts, counted apart for the planner.
-            own_groups = target if round_index == 1 else 0
-            own_informative = int(informative[:own_groups].sum())
-            kept_now = already + len(take)
-            counts = [kept_now, *round_counts, own_groups, own_informative]
+            counts = [already + len(take), *round_counts]
             gathered = self.accelerator.gather(torch.tensor(counts, device=self.accelerator.device))
             gathered = gathered.view(num_processes, -1).cpu()
-            round_totals = gathered[:, 1:7].sum(dim=0)
-            totals += round_totals
+            totals += gathered[:, 1:].sum(dim=0)
             kept_per_process = gathered[:, 0]
-            if planner is not None:
-                own_attempted, own_kept = int(gathered[:, 7].sum()), int(gathered[:, 8].sum())
-                if own_attempted:
-                    planner.observe(own_attempted, own_kept, source="batch")
-                if int(round_totals[0]) > own_attempted:
-                    planner.observe(int(round_totals[0]) - own_attempted, int(round_totals[1]) - own_kept, "refill")
-            if self.prompt_history is not None:
-                self._record_history(outcomes[own_groups:])
+            self._observe_round(outcomes)
             self._show_progress(round_index, max_rounds, int(kept_per_process.sum()), target * num_processes)
             if int(kept_per_process.min()) >= target or round_index == max_rounds:
                 break
             # The same plan on every process (it only reads gathered counts), so every process generates alike.
             missing_groups = int((target - kept_per_process).max())
             if planner is not None:
-                next_groups = planner.next_round(missing_groups, rounds_left=max_rounds - round_index)
+                next_groups = planner.next_round(
+                    (target - kept_per_process).clamp(min=0).tolist(),
+                    rounds_left=max_rounds - round_index,
+                    candidates=self._candidate_strata(round_index=round_index + 1),
+                )
                 if next_groups == 0:  # the per-step generation budget is spent
                     break
             else:
@@ -530,13 +557,26 @@ class DAPOTrainer(GRPOTrainer):
             self._rebuild_completion_logs(round_logs, facts)
         return batch
 
-    def _record_history(self, outcomes: list[GroupOutcome]) -> None:
-        """Remember what the refill prompts of this round turned out to be (all processes record the same)."""
-        local = torch.tensor([self._refill_indices, [int(o) for o in outcomes]], device=self.accelerator.device)
-        if local.shape[1] == 0:
-            return
+    def _observe_round(self, outcomes: list[GroupOutcome]) -> None:
+        """Every process's groups of this round: counts per stratum for the planner, then the prompt history.
+
+        The strata are read before the history records this round, so each group counts in the stratum the
+        planner saw when it sized the round. Every process gathers the same lists and so keeps the same state.
+        """
+        local = torch.tensor([self._round_indices, [int(o) for o in outcomes]], device=self.accelerator.device)
+        self._round_indices = []
         gathered = self.accelerator.gather(local.unsqueeze(0)).cpu()  # (processes, 2, groups)
-        self.prompt_history.record(gathered[:, 0].flatten().tolist(), gathered[:, 1].flatten().tolist())
+        indices, results = gathered[:, 0].flatten().tolist(), gathered[:, 1].flatten().tolist()
+        if self.refill_planner is not None:
+            per_stratum: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+            for index, outcome in zip(indices, results):
+                counts = per_stratum[self._stratum(index)]
+                counts[0] += 1
+                counts[1] += outcome == GroupOutcome.INFORMATIVE
+            for stratum, (attempted, informative) in per_stratum.items():
+                self.refill_planner.observe(attempted, informative, stratum=stratum)
+        known = [(index, outcome) for index, outcome in zip(indices, results) if index >= 0]
+        self.prompt_history.record([index for index, _ in known], [outcome for _, outcome in known])
 
     def _select_groups(self, output, record: _Round, local_rewards, group_ids, round_index, local_count) -> _Part:
         G = self.num_generations
@@ -649,8 +689,8 @@ class DAPOTrainer(GRPOTrainer):
             "dynamic_sampling/all_min_groups": all_min,
         }
         if self.refill_planner is not None:
-            metrics["dynamic_sampling/expected_retention"] = self.refill_planner.expected_retention("refill")
-        if self.prompt_history is not None:
+            metrics["dynamic_sampling/expected_retention"] = self.refill_planner.expected_retention()
+        if self.skips_prompts:
             skipped, readmitted, forced = self._skip_counts
             metrics.update(
                 {
