@@ -123,6 +123,14 @@ class Tally:
     never_generated: int = 0
     longest_gap: int = 0  # most steps any prompt went without being generated (start and end of the run count)
 
+    def add(self, other: Tally) -> None:
+        """Pool another run's counts (sums, all rounds; the worst coverage of any run)."""
+        for name in ("generated", "retained", "surplus", "exhausted", "skipped", "readmitted"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.rounds += other.rounds
+        self.never_generated = max(self.never_generated, other.never_generated)
+        self.longest_gap = max(self.longest_gap, other.longest_gap)
+
 
 class World:
     """Generates groups: outcome per prompt index at a step (binary rewards, G completions)."""
@@ -284,6 +292,7 @@ def main() -> int:
     parser.add_argument("--generations", type=int, default=8, help="G, completions per group")
     parser.add_argument("--dataset", type=int, default=2048, help="prompts in the simulated dataset")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", type=int, default=1, help="independent runs per mix (seed, seed+1, ...), pooled")
     parser.add_argument("--confidence", type=float, default=RefillPlanner().confidence, help="RefillPlanner(...)")
     parser.add_argument("--decay", type=float, default=RefillPlanner().decay, help="RefillPlanner(decay=...)")
     parser.add_argument("--window", type=int, default=1, help="PromptHistory(window=...)")
@@ -292,11 +301,12 @@ def main() -> int:
     parser.add_argument("--no-bounds", action="store_true", help="skip the clairvoyant lower bounds (faster)")
     args = parser.parse_args()
     started = time.perf_counter()
+    total_steps = args.steps * args.seeds
     G = args.generations
     results: dict[str, dict[str, Tally]] = {}
     bounds: dict[str, tuple[float, float]] = {}
     print(
-        f"G={G}, {args.groups} groups per step, {args.steps} steps, {args.dataset} prompts, seed {args.seed}; "
+        f"G={G}, {args.groups} groups per step, {args.steps} steps, {args.dataset} prompts, seeds {args.seed}..{args.seed + args.seeds - 1} pooled; "
         f"columns per strategy: generated completions per retained group (x the limit G), rounds per step (mean/max), "
         f"discarded surplus groups per step, exhausted steps; notes: prompts never generated, the longest run of steps "
         f"any prompt went without being generated"
@@ -313,24 +323,30 @@ def main() -> int:
         )
         results[mix.name] = {}
         for strategy in STRATEGIES:
-            tally = run(strategy, mix, p0, args, seed=args.seed * 1000 + mix_number)
+            tally = Tally()
+            for seed in range(args.seed, args.seed + args.seeds):  # independent runs, pooled
+                draw = p0 if seed == args.seed else mix.draw(np.random.default_rng(seed * 1000 + mix_number), len(p0))
+                tally.add(run(strategy, mix, draw, args, seed=seed * 1000 + mix_number))
             results[mix.name][strategy] = tally
             per_retained = tally.generated / max(tally.retained, 1)
             rounds = f"{np.mean(tally.rounds):.2f}/{max(tally.rounds)}"
             notes = f"never generated {tally.never_generated}, longest gap {tally.longest_gap} steps"
             if strategy == "planner+skip":
                 notes += (
-                    f", skipped {tally.skipped / args.steps:.1f}/step, readmitted {tally.readmitted / args.steps:.1f}"
+                    f", skipped {tally.skipped / total_steps:.1f}/step, readmitted {tally.readmitted / total_steps:.1f}"
                     "/step"
                 )
             print(
                 f"{strategy:<14} {per_retained * G:>15.1f} {per_retained:>6.2f} {rounds:>11} "
-                f"{tally.surplus / args.steps:>8.1f} {tally.exhausted:>9}  {notes}"
+                f"{tally.surplus / total_steps:>8.1f} {tally.exhausted:>9}  {notes}"
             )
         if not args.no_bounds:
-            shortfall = verl_shortfall(p0, G, args.groups, samples=200, seed=args.seed)
-            bound = clairvoyant_surplus(p0, G, args.groups, max(shortfall, 1e-4), samples=200, seed=args.seed)
-            bounds[mix.name] = (shortfall, bound)
+            pairs = []  # (veRL's shortfall chance, clairvoyant surplus at that chance) per seed's mix
+            for seed in range(args.seed, args.seed + args.seeds):
+                draw = p0 if seed == args.seed else mix.draw(np.random.default_rng(seed * 1000 + mix_number), len(p0))
+                shortfall = verl_shortfall(draw, G, args.groups, samples=200, seed=seed)
+                pairs.append((shortfall, clairvoyant_surplus(draw, G, args.groups, max(shortfall, 1e-4), 200, seed)))
+            bounds[mix.name] = tuple(np.mean(pairs, axis=0))
     print("\n## Issue 9 targets")
     failures = 0
 
@@ -364,7 +380,7 @@ def main() -> int:
             print(
                 f"info  {mix_name}: veRL's first batch falls short with chance {shortfall:.4f}; sizing that knew every "
                 f"prompt's exact retention would discard {bound:.1f} surplus groups/step at that rate, "
-                f"{1 - bound / max(verl.surplus / args.steps, 1e-9):.0%} less than veRL (the best any sizing rule without skipping can do)"
+                f"{1 - bound / max(verl.surplus / total_steps, 1e-9):.0%} less than veRL (the best any sizing rule without skipping can do)"
             )
     print(f"\n{failures} target(s) missed; {time.perf_counter() - started:.1f} s")
     return 0

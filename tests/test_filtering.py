@@ -9,6 +9,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from trl.trainer.utils import RepeatSampler
 from trl.trainer.utils import nanstd as trl_nanstd
 
 from trl_dapo_ext.advantages import normalize_then_sum_advantages
@@ -118,6 +119,18 @@ def test_stream_is_reproducible_and_rank_slices_are_disjoint():
     assert takes == again
     flat = [i for part in takes for i in part]
     assert len(set(flat)) == 6
+
+
+@pytest.mark.parametrize("seed", [0, 1, 42])
+def test_the_refill_stream_does_not_replay_the_dataloader_order(seed):
+    """TRL's RepeatSampler seeds its generator with the training seed; a refill stream keyed the same way would hand
+    out, as refills, the prompts the dataloader brings next (the history would then never see a refill prompt
+    twice, and batches would repeat recent refills)."""
+    dataloader_order = list(RepeatSampler(range(50), mini_repeat_count=1, batch_size=50, shuffle=True, seed=seed))
+    refill_order = RefillSampler(50, seed=seed).take(50)
+    assert sorted(refill_order) == sorted(dataloader_order)
+    shared_prefix = next(i for i, (a, b) in enumerate(zip(refill_order, dataloader_order)) if a != b)
+    assert shared_prefix < 5
 
 
 def test_unshuffled_stream_is_sequential():

@@ -9,6 +9,7 @@ the generator for the same number of prompts.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import torch
@@ -42,7 +43,10 @@ class RefillSampler:
     def _permutation(self, epoch: int) -> list[int]:
         if not self.shuffle:
             return list(range(self.dataset_size))
-        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+        # Keyed apart from TRL's RepeatSampler, which seeds its generator with the same seed itself: a refill stream
+        # in the dataloader's order would hand out, as refills, exactly the prompts the dataloader brings next.
+        digest = hashlib.blake2b(f"trl_dapo_ext.refill/{self.seed}/{epoch}".encode(), digest_size=8).digest()
+        generator = torch.Generator().manual_seed(int.from_bytes(digest, "little") >> 1)
         return torch.randperm(self.dataset_size, generator=generator).tolist()
 
     def take(self, count: int) -> list[int]:
