@@ -269,7 +269,7 @@ def test_overlong_penalty_never_makes_a_group_informative(make_model, tokenizer,
 def test_progress_is_reported_while_refilling(make_model, tokenizer, tmp_path, caplog):
     dataset = kinds_dataset(["right", "varying", "wrong"], repeat=8)
     trainer, _, _ = build(make_model, tokenizer, tmp_path, dataset, max_steps=1)
-    with caplog.at_level(logging.DEBUG, logger="trl_dapo_ext.trainer"):
+    with caplog.at_level(logging.DEBUG, logger="trl_dapo_ext.dynamic_sampling"):
         trainer.train()
     messages = [r.getMessage() for r in caplog.records if "groups retained" in r.getMessage()]
     assert messages and messages[-1].endswith("2/2 groups retained")
