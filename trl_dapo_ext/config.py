@@ -143,7 +143,7 @@ class DAPOConfig(GRPOConfig):
         },
     )
     dynamic_sampling_confidence: float = field(
-        default=0.99,
+        default=0.95,
         metadata={"help": "Adaptive planner: target chance that a planned round fills the batch on every process."},
     )
     dynamic_sampling_retention_decay: float = field(

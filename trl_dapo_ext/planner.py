@@ -163,7 +163,7 @@ class RefillPlanner:
         self,
         max_oversample: float = 4.0,
         max_groups_per_step: int | None = None,
-        confidence: float = 0.99,
+        confidence: float = 0.95,
         last_round_confidence: float = 0.999,
         decay: float = 0.8,
         prior_retention: float = 0.5,
