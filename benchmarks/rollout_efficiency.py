@@ -10,7 +10,7 @@ rewards, DAPO Eq. 11). Every step needs ``--groups`` informative groups. Strateg
   number of prompts (no surplus, many rounds; no round limit besides 100).
 * ``1x + refill``: ``dynamic_sampling_oversample=1.0``: round 1 is the batch, later rounds ``plan_refill_groups``.
 * ``planner, pooled``: ``trl_dapo_ext.planner.RefillPlanner`` (defaults) with one retention estimate for every
-  prompt: what the trainer does when it cannot index the dataset's rows.
+  prompt (no use of the history): what strata add is the difference to the next row.
 * ``planner``: the trainer's default: the same planner, with prompts in strata by what their last group was
   (``PromptHistory.stratum``: unseen, informative, all right, all wrong), so that a round's informative count is
   predicted from the prompts it actually holds.
