@@ -224,10 +224,16 @@ class RefillPlanner:
     def _round_cap(self) -> int:
         return math.ceil(self.step_target * self.max_oversample)
 
-    def _fill_chance(self, needed: Sequence[int], own: Sequence[Strata], peeked: Strata, refill: int) -> float:
+    def _fill_chance(
+        self,
+        needed: Sequence[int],
+        own: Sequence[Strata],
+        peeked: Strata,
+        refill: int,
+        posteriors: dict[str, tuple[float, float]],
+    ) -> float:
         """Chance that every process reaches its ``needed`` groups when each adds ``refill`` refill groups."""
         shares = [peeked[p * refill : (p + 1) * refill] for p in range(self.num_processes)]
-        posteriors = self._posteriors({s for groups in (*own, *shares) for s in groups})
         chance = 1.0
         for p in range(self.num_processes):
             if needed[p] > 0:
@@ -249,8 +255,10 @@ class RefillPlanner:
         if len(peeked) < upper * self.num_processes:
             peeked += [POOLED] * (upper * self.num_processes - len(peeked))
 
+        posteriors = self._posteriors({s for groups in (*own, peeked) for s in groups})  # fixed during the search
+
         def chance(refill: int) -> float:
-            return self._fill_chance(needed, own, peeked, refill)
+            return self._fill_chance(needed, own, peeked, refill, posteriors)
 
         if chance(0) >= wanted:
             return 0
