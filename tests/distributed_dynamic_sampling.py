@@ -59,6 +59,11 @@ def main(output_dir: str) -> None:
     }
     with open(os.path.join(output_dir, f"rank{rank}.json"), "w") as handle:
         json.dump(report, handle)
+    # Tear the process group down explicitly: left to interpreter exit, gloo's threads can abort the process
+    # ("terminate called without an active exception") after all the work is done.
+    trainer.accelerator.wait_for_everyone()
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
