@@ -214,9 +214,7 @@ def run(strategy: str, mix: Mix, p0: np.ndarray, args: argparse.Namespace, seed:
                 strata = [stratum(i) for i in indices]  # before this round's outcomes are recorded
                 outcomes = world.generate(indices)
                 history.record(indices, outcomes)
-                for name in set(strata):
-                    mine = [o for s, o in zip(strata, outcomes) if s == name]
-                    planner.observe(len(mine), informative_count(mine), stratum=name)
+                planner.observe_groups(strata, [outcome == GroupOutcome.INFORMATIVE for outcome in outcomes])
                 kept += informative_count(outcomes)
                 generated += len(indices)
                 rounds += 1

@@ -342,3 +342,16 @@ def test_rejects_impossible_counts():
         planner.first_round(4, own=[["all"] * 3])  # one stratum per own group
     with pytest.raises(ValueError):
         planner.next_round([1, 2])  # one missing count per process (here 1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["unseen", "informative", "all_max"]), st.booleans()), max_size=30))
+def test_observing_groups_equals_observing_each_stratum_count(groups):
+    by_groups, by_counts = RefillPlanner(), RefillPlanner()
+    by_groups.observe_groups([s for s, _ in groups], [kept for _, kept in groups])
+    for stratum in {s for s, _ in groups}:
+        mine = [kept for s, kept in groups if s == stratum]
+        by_counts.observe(len(mine), sum(mine), stratum=stratum)
+    assert by_groups.state_dict() == by_counts.state_dict()
+    with pytest.raises(ValueError):
+        by_groups.observe_groups(["unseen"], [True, False])

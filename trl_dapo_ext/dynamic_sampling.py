@@ -349,13 +349,10 @@ class DynamicSamplingMixin:
         gathered = self.accelerator.gather(local.unsqueeze(0)).cpu()  # (processes, 2, groups)
         indices, results = gathered[:, 0].flatten().tolist(), gathered[:, 1].flatten().tolist()
         if self.refill_planner is not None:
-            per_stratum: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-            for index, outcome in zip(indices, results):
-                counts = per_stratum[self._stratum(index)]
-                counts[0] += 1
-                counts[1] += outcome == GroupOutcome.INFORMATIVE
-            for stratum, (attempted, informative) in per_stratum.items():
-                self.refill_planner.observe(attempted, informative, stratum=stratum)
+            self.refill_planner.observe_groups(
+                [self._stratum(index) for index in indices],
+                [outcome == GroupOutcome.INFORMATIVE for outcome in results],
+            )
         known = [(index, outcome) for index, outcome in zip(indices, results) if index >= 0]
         self.prompt_history.record([index for index, _ in known], [outcome for _, outcome in known])
 

@@ -353,6 +353,25 @@ class RefillPlanner:
         counts[0] += attempted
         counts[1] += informative
 
+    def observe_groups(self, strata: Strata, informative: Sequence[bool]) -> None:
+        """Global outcomes of one round, one per group, each with the stratum it had when the round was planned.
+
+        Example:
+            >>> planner = RefillPlanner()
+            >>> planner.observe_groups(["informative", "unseen", "unseen"], [True, False, True])
+            >>> planner.step_counts
+            {'informative': [1, 1], 'unseen': [2, 1]}
+        """
+        if len(strata) != len(informative):
+            raise ValueError(f"{len(strata)} strata but {len(informative)} outcomes")
+        counts: dict[str, list[int]] = {}
+        for stratum, kept in zip(strata, informative):
+            tally = counts.setdefault(stratum, [0, 0])
+            tally[0] += 1
+            tally[1] += bool(kept)
+        for stratum, (attempted, informative_count) in counts.items():
+            self.observe(attempted, informative_count, stratum=stratum)
+
     def end_step(self) -> None:
         """Fold this step's counts into the decayed history (idempotent; :meth:`first_round` calls it too)."""
         for stratum in set(self.estimates) | set(self.step_counts):
