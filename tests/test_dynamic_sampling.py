@@ -339,16 +339,9 @@ def test_checkpoint_holds_the_refill_state(make_model, tokenizer, tmp_path):
 def test_adaptive_planner_and_prompt_history(make_model, tokenizer, tmp_path):
     # Two of three prompts are constant: after their first visit the history skips them (floor 0 for the test).
     dataset = kinds_dataset(["right", "wrong", "varying"], repeat=8)
+    skipping = dict(max_steps=6, dynamic_sampling_skip_window=1, dynamic_sampling_skip_floor=0.0)
     trainer, reward, recorder = build(
-        make_model,
-        tokenizer,
-        tmp_path,
-        dataset,
-        max_steps=6,
-        dynamic_sampling_skip_window=1,
-        dynamic_sampling_skip_floor=0.0,
-        save_strategy="steps",
-        save_steps=6,
+        make_model, tokenizer, tmp_path, dataset, save_strategy="steps", save_steps=6, **skipping
     )
     trainer.train()
     logs = ds_logs(trainer)
@@ -361,15 +354,7 @@ def test_adaptive_planner_and_prompt_history(make_model, tokenizer, tmp_path):
     state = json.loads((tmp_path / "checkpoint-6" / REFILL_STATE_FILE).read_text())
     assert state["planner"] is not None and state["history"] is not None
 
-    resumed, _, _ = build(
-        make_model,
-        tokenizer,
-        tmp_path,
-        dataset,
-        max_steps=6,
-        dynamic_sampling_skip_window=1,
-        dynamic_sampling_skip_floor=0.0,
-    )
+    resumed, _, _ = build(make_model, tokenizer, tmp_path, dataset, **skipping)
     resumed.load_dynamic_sampling_state(state)
     assert resumed.refill_planner.state_dict() == trainer.refill_planner.state_dict()
     assert resumed.prompt_history.state_dict() == trainer.prompt_history.state_dict()
