@@ -11,9 +11,9 @@ rewards, DAPO Eq. 11). Every step needs ``--groups`` informative groups. Strateg
 * ``1x + refill``: ``dynamic_sampling_oversample=1.0``: round 1 is the batch, later rounds ``plan_refill_groups``.
 * ``planner, pooled``: ``trl_dapo_ext.planner.RefillPlanner`` (defaults) with one retention estimate for every
   prompt (no use of the history): what strata add is the difference to the next row.
-* ``planner``: the trainer's default: the same planner, with prompts in strata by what their last group was
-  (``PromptHistory.stratum``: unseen, informative, all right, all wrong), so that a round's informative count is
-  predicted from the prompts it actually holds.
+* ``planner``: the trainer's default: the same planner, with prompts in strata by their history
+  (``PromptHistory.stratum``: unseen, or a bucket of the retention predicted from the prompt's tally of right and
+  wrong answers), so that a round's informative count is predicted from the prompts it actually holds.
 * ``planner+skip``: the planner plus ``trl_dapo_ext.history.PromptHistory`` skipping in the refill stream.
 
 For mixes where veRL's first batch rarely falls short, the script also prints a lower bound: the surplus of a
@@ -159,6 +159,7 @@ class World:
         outcomes = np.full(len(indices), GroupOutcome.INFORMATIVE)
         outcomes[correct == self.generations] = GroupOutcome.ALL_MAX
         outcomes[correct == 0] = GroupOutcome.ALL_MIN
+        self.last_correct = correct.tolist()  # right answers per group: the history's per-prompt tally
         return [GroupOutcome(int(o)) for o in outcomes]
 
 
@@ -174,7 +175,7 @@ def run(strategy: str, mix: Mix, p0: np.ndarray, args: argparse.Namespace, seed:
     planner = RefillPlanner(confidence=args.confidence, decay=args.decay)
     skipping = strategy == "planner+skip"
     # The history remembers every prompt's last outcome: strata for the planner, and skips with planner+skip.
-    history = PromptHistory(window=args.window, floor=args.floor, seed=seed)
+    history = PromptHistory(window=args.window, floor=args.floor, seed=seed, generations=G)
     stratified = strategy in ("planner", "planner+skip")
     tally = Tally()
 
@@ -213,7 +214,7 @@ def run(strategy: str, mix: Mix, p0: np.ndarray, args: argparse.Namespace, seed:
             while True:
                 strata = [stratum(i) for i in indices]  # before this round's outcomes are recorded
                 outcomes = world.generate(indices)
-                history.record(indices, outcomes)
+                history.record(indices, outcomes, upper=world.last_correct, scorable=[G] * len(indices))
                 planner.observe_groups(strata, [outcome == GroupOutcome.INFORMATIVE for outcome in outcomes])
                 kept += informative_count(outcomes)
                 generated += len(indices)

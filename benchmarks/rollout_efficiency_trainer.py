@@ -7,8 +7,10 @@ warm start with the same seed, the library's `math_reward`, 16 groups of 8 compl
 * fixed 3x: a first round three times the batch (DAPO / veRL's recipe), later rounds sized from the retention;
 * fixed 1x: the batch's own prompts first, then rounds sized from the observed retention (close to one-by-one
   replacement, but batched);
-* planner: the adaptive planner (the default: confidence 0.95, prompts in strata by their last outcome);
+* planner: the adaptive planner (the defaults: confidence 0.95, retention decay 0.8, prompts in strata by their
+  predicted retention);
 * planner, confidence 0.99: the same, trading surplus for fewer second rounds;
+* planner, confidence 0.99, decay 0.95: also a longer memory of the retention per stratum;
 * planner + skip: the planner with prompt-history skipping (window 1, floor 0.1).
 
 It prints completions generated per retained group (as a multiple of G), rounds per step and discarded surplus
@@ -48,6 +50,7 @@ VARIANTS = {
     "fixed 1x, then refill": dict(dynamic_sampling_oversample=1.0),
     "planner": dict(),
     "planner, confidence 0.99": dict(dynamic_sampling_confidence=0.99),
+    "planner, 0.99, decay 0.95": dict(dynamic_sampling_confidence=0.99, dynamic_sampling_retention_decay=0.95),
     "planner + skip": dict(dynamic_sampling_skip_window=1, dynamic_sampling_skip_floor=0.1),
 }
 

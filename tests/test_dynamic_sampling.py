@@ -394,11 +394,27 @@ def test_the_batch_own_prompts_feed_the_history_and_the_planner_strata(make_mode
     history = trainer.prompt_history
     assert set(history.outcomes) == {index_of[p] for p in generated}
     expected = {"right": "all_max", "wrong": "all_min", "varying": "informative"}
-    assert all(history.stratum(i) == expected[dataset[i]["kind"]] for i in history.outcomes)
-    # The planner learnt a rate per stratum: high for prompts informative last time, none for constant ones.
+    assert all(
+        history.outcomes[i][-1:] == {"all_max": "H", "all_min": "L", "informative": "I"}[expected[dataset[i]["kind"]]]
+        for i in history.outcomes
+    )
+    # Every generated prompt has a tally of its completions (upper half of the reward range vs lower), and the
+    # prediction built on it separates the varying prompts from the constant ones.
+    assert set(history.tallies) == set(history.outcomes)
+    for index, (upper, lower) in history.tallies.items():
+        kind = dataset[index]["kind"]
+        assert (kind != "right" or lower == 0) and (kind != "wrong" or upper == 0)
+    predicted = {i: history.predicted_retention(i) for i in history.tallies}
+    varying = [p for i, p in predicted.items() if dataset[i]["kind"] == "varying"]
+    constant = [p for i, p in predicted.items() if dataset[i]["kind"] != "varying"]
+    assert min(varying) > 0.5 > max(constant)
+    # The planner learnt a rate per stratum (prediction bucket): high where the varying prompts are, 0 elsewhere.
     planner = trainer.refill_planner
-    assert {"unseen", "all_max", "all_min", "informative"} <= set(planner.estimates)
-    assert planner.expected_retention("informative") > 0.5 > planner.expected_retention("all_max")
+    by_kind = {kind: {history.stratum(i) for i in history.tallies if dataset[i]["kind"] == kind} for kind in expected}
+    assert "unseen" in planner.estimates and set().union(*by_kind.values()) <= set(planner.estimates)
+    assert not by_kind["varying"] & (by_kind["right"] | by_kind["wrong"])
+    assert min(planner.expected_retention(s) for s in by_kind["varying"]) > 0.5
+    assert max(planner.expected_retention(s) for s in by_kind["right"] | by_kind["wrong"]) < 0.5
 
 
 def test_an_existing_index_column_is_refused(make_model, tokenizer, tmp_path):

@@ -4,14 +4,16 @@ consistency, checkpoints, and the per-group outcomes the trainer records."""
 from __future__ import annotations
 
 import json
+import math
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trl_dapo_ext.filtering import group_outcomes, informative_groups, zero_variance_split
-from trl_dapo_ext.history import GroupOutcome, PromptHistory, seeded_uniform
+from trl_dapo_ext.filtering import group_outcomes, group_upper_counts, informative_groups, zero_variance_split
+from trl_dapo_ext.history import GroupOutcome, PromptHistory, predicted_retention, seeded_uniform
 from trl_dapo_ext.refill import RefillSampler
 
 INF, HIGH, LOW, OTHER = GroupOutcome.INFORMATIVE, GroupOutcome.ALL_MAX, GroupOutcome.ALL_MIN, GroupOutcome.OTHER
@@ -154,6 +156,20 @@ def test_state_round_trip_gives_identical_decisions():
     )
 
 
+def test_tallies_survive_a_round_trip_and_old_checkpoints_load_without_them():
+    original = PromptHistory(seed=3, generations=8)
+    original.record([1, 2, 1], [INF, HIGH, LOW], upper=[3, 8, 0], scorable=[8, 8, 7])
+    restored = PromptHistory(seed=3, generations=8)
+    restored.load_state_dict(json.loads(json.dumps(original.state_dict())))
+    assert restored.tallies == original.tallies
+    assert [restored.stratum(i) for i in (1, 2, 3)] == [original.stratum(i) for i in (1, 2, 3)]
+    old = original.state_dict()
+    del old["tallies"]  # written before the tallies existed
+    legacy = PromptHistory(seed=3, generations=8)
+    legacy.load_state_dict(old)
+    assert legacy.tallies == {} and legacy.stratum(1) == "all_min"  # back to the last outcome
+
+
 def test_restore_checks_the_seed_and_trims_to_a_shorter_window():
     saved = PromptHistory(window=3, seed=1)
     saved.record([5, 5, 5], [INF, HIGH, HIGH])
@@ -164,7 +180,17 @@ def test_restore_checks_the_seed_and_trims_to_a_shorter_window():
     assert shorter.skippable(5)
 
 
-@pytest.mark.parametrize("kwargs", [{"window": 0}, {"floor": -0.1}, {"floor": 1.5}, {"max_proposals_factor": 0}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"window": 0},
+        {"floor": -0.1},
+        {"floor": 1.5},
+        {"max_proposals_factor": 0},
+        {"generations": 1},
+        {"tally_decay": 1.5},
+    ],
+)
 def test_rejects_invalid_settings(kwargs):
     with pytest.raises(ValueError):
         PromptHistory(**kwargs)
@@ -173,6 +199,71 @@ def test_rejects_invalid_settings(kwargs):
 def test_record_needs_one_outcome_per_index():
     with pytest.raises(ValueError):
         PromptHistory().record([1, 2], [INF])
+
+
+@pytest.mark.parametrize(
+    "upper, scorable",
+    [([1], [4, 4]), ([1, 2], None), ([5, 1], [4, 4])],
+    ids=["short", "no-scorable", "upper>scorable"],
+)
+def test_record_checks_the_tallies(upper, scorable):
+    with pytest.raises(ValueError):
+        PromptHistory(generations=4).record([1, 2], [INF, INF], upper=upper, scorable=scorable)
+
+
+# --- per-prompt tallies and predicted retention ---------------------------------------------------------------------
+
+
+def _all_one_side_by_lgamma(a: float, b: float, generations: int) -> float:
+    """P(all G in the upper half) = B(a + G, b) / B(a, b), through log-gamma: another route than the product."""
+    log_beta = lambda x, y: math.lgamma(x) + math.lgamma(y) - math.lgamma(x + y)  # noqa: E731
+    return math.exp(log_beta(a + generations, b) - log_beta(a, b))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.floats(0, 40), st.floats(0, 40), st.integers(2, 16))
+def test_predicted_retention_is_one_minus_the_beta_binomial_edges(upper, lower, generations):
+    a, b = 0.5 + upper, 0.5 + lower
+    expected = 1 - _all_one_side_by_lgamma(a, b, generations) - _all_one_side_by_lgamma(b, a, generations)
+    assert predicted_retention(upper, lower, generations) == pytest.approx(expected, abs=1e-9)
+    assert predicted_retention(upper, lower, generations) == pytest.approx(
+        predicted_retention(lower, upper, generations)
+    )  # symmetric: all right and all wrong are equally uninformative
+
+
+@pytest.mark.parametrize("upper, lower, generations", [(0, 0, 8), (3, 5, 8), (14, 2, 4), (0, 16, 8)])
+def test_predicted_retention_matches_simulated_groups(upper, lower, generations):
+    """Draw a share from the posterior, then a group from the share: the informative frequency agrees."""
+    rng = np.random.default_rng(0)
+    shares = rng.beta(0.5 + upper, 0.5 + lower, size=200_000)
+    successes = rng.binomial(generations, shares)
+    frequency = np.mean((successes > 0) & (successes < generations))
+    expected = predicted_retention(upper, lower, generations)
+    assert abs(frequency - expected) < 4 * math.sqrt(expected * (1 - expected) / len(shares)) + 1e-9
+
+
+def test_tallies_fade_by_visit_and_set_the_stratum():
+    history = PromptHistory(generations=8, tally_decay=0.5)
+    history.record([7], [HIGH], upper=[8], scorable=[8])
+    history.record([7], [INF], upper=[4], scorable=[6])
+    assert history.tallies[7] == (0.5 * 8 + 4, 0.5 * 0 + 2)
+    prediction = history.predicted_retention(7)
+    assert prediction == pytest.approx(predicted_retention(8.0, 2.0, 8))
+    bucket = int(prediction * 10)
+    assert history.stratum(7) == f"predicted {bucket / 10:.1f}-{(bucket + 1) / 10:.1f}"
+    history.record([9], [OTHER], upper=[-1], scorable=[8])  # unknown upper count: outcome only
+    assert 9 not in history.tallies and history.stratum(9) == "other"
+    assert PromptHistory().predicted_retention(7) is None  # no generations: no prediction
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from([0.0, 0.2, 0.5, 0.9, 1.0, float("nan")]), min_size=12, max_size=12))
+def test_group_upper_counts_brute_force(values):
+    upper, scorable = group_upper_counts(torch.tensor(values), 4, lowest=0.0, highest=1.0)
+    groups = [values[i : i + 4] for i in range(0, 12, 4)]
+    assert scorable == [sum(not math.isnan(v) for v in group) for group in groups]
+    assert upper == [sum(v > 0.5 for v in group if not math.isnan(v)) for group in groups]
+    assert group_upper_counts(torch.tensor(values), 4, lowest=1.0, highest=1.0)[0] == [-1, -1, -1]
 
 
 # --- outcomes from rewards ------------------------------------------------------------------------------------------
@@ -196,7 +287,7 @@ def test_group_outcomes_agree_with_the_zero_variance_split(values):
 # --- strata and previews (the planner reads both) ------------------------------------------------------------------
 
 
-def test_stratum_is_the_last_outcome():
+def test_stratum_is_the_last_outcome_without_tallies():
     history = PromptHistory(window=2)
     history.record([1, 2], [INF, HIGH])
     history.record([1], [LOW])

@@ -29,7 +29,14 @@ from transformers.trainer_callback import ProgressCallback
 from .advantages import combine_rewards
 from .batch import concat_rows, select_rows
 from .batch_metrics import RECOMPUTED_KEYS, trl_batch_metrics
-from .filtering import fill_priority, group_outcomes, group_reward_spread, informative_groups, plan_refill_groups
+from .filtering import (
+    fill_priority,
+    group_outcomes,
+    group_reward_spread,
+    group_upper_counts,
+    informative_groups,
+    plan_refill_groups,
+)
 from .history import GroupOutcome, PromptHistory
 from .planner import POOLED, RefillPlanner
 from .refill import RefillSampler
@@ -131,7 +138,10 @@ class DynamicSamplingMixin:
         # Every prompt's last outcomes: the planner's strata, and (when a skip window is set) the skip rule.
         self.skips_prompts = args.dynamic_sampling_skip_window > 0
         self.prompt_history = PromptHistory(
-            window=max(args.dynamic_sampling_skip_window, 1), floor=args.dynamic_sampling_skip_floor, seed=seed
+            window=max(args.dynamic_sampling_skip_window, 1),
+            floor=args.dynamic_sampling_skip_floor,
+            seed=seed,
+            generations=self.num_generations,
         )
         self._round_indices: list[int] = []  # dataset index of each of this process's groups in the current round
         self._skip_counts = [0, 0, 0]  # this step: skipped, readmitted, forced refill prompts
@@ -284,7 +294,7 @@ class DynamicSamplingMixin:
             gathered = gathered.view(num_processes, -1).cpu()
             totals += gathered[:, 1:].sum(dim=0)
             kept_per_process = gathered[:, 0]
-            self._observe_round(outcomes)
+            self._observe_round(outcomes, *group_upper_counts(filter_rewards, G, *self._reward_range))
             self._show_progress(round_index, max_rounds, int(kept_per_process.sum()), target * num_processes)
             if int(kept_per_process.min()) >= target or round_index == max_rounds:
                 break
@@ -338,23 +348,30 @@ class DynamicSamplingMixin:
             self._rebuild_completion_logs(round_logs, facts)
         return batch
 
-    def _observe_round(self, outcomes: list[GroupOutcome]) -> None:
+    def _observe_round(self, outcomes: list[GroupOutcome], upper: list[int], scorable: list[int]) -> None:
         """Every process's groups of this round: counts per stratum for the planner, then the prompt history.
 
         The strata are read before the history records this round, so each group counts in the stratum the
         planner saw when it sized the round. Every process gathers the same lists and so keeps the same state.
         """
-        local = torch.tensor([self._round_indices, [int(o) for o in outcomes]], device=self.accelerator.device)
+        local = torch.tensor(
+            [self._round_indices, [int(o) for o in outcomes], upper, scorable], device=self.accelerator.device
+        )
         self._round_indices = []
-        gathered = self.accelerator.gather(local.unsqueeze(0)).cpu()  # (processes, 2, groups)
-        indices, results = gathered[:, 0].flatten().tolist(), gathered[:, 1].flatten().tolist()
+        gathered = self.accelerator.gather(local.unsqueeze(0)).cpu()  # (processes, 4, groups)
+        indices, results, uppers, scorables = (gathered[:, row].flatten().tolist() for row in range(4))
         if self.refill_planner is not None:
             self.refill_planner.observe_groups(
                 [self._stratum(index) for index in indices],
                 [outcome == GroupOutcome.INFORMATIVE for outcome in results],
             )
-        known = [(index, outcome) for index, outcome in zip(indices, results) if index >= 0]
-        self.prompt_history.record([index for index, _ in known], [outcome for _, outcome in known])
+        known = [position for position, index in enumerate(indices) if index >= 0]
+        self.prompt_history.record(
+            [indices[i] for i in known],
+            [results[i] for i in known],
+            upper=[uppers[i] for i in known],
+            scorable=[scorables[i] for i in known],
+        )
 
     def _select_groups(self, output, record: _Round, local_rewards, group_ids, round_index, local_count) -> _Part:
         G = self.num_generations

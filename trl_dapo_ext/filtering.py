@@ -82,6 +82,27 @@ def group_outcomes(
     return outcomes
 
 
+def group_upper_counts(
+    rewards: torch.Tensor, num_generations: int, lowest: float, highest: float
+) -> tuple[list[int], list[int]]:
+    """Per group: scorable members in the upper half of the reward range ``(lowest + highest) / 2``, and scorable.
+
+    For 0/1 rewards the first count is the number of right answers. The upper count is ``-1`` (unknown) while the
+    range has not opened (``lowest >= highest``). The prompt history tallies these to predict retention per prompt.
+
+    Example:
+        >>> group_upper_counts(torch.tensor([1.0, 0.0, 1.0, float("nan"), 0.0, 0.0]), 3, lowest=0.0, highest=1.0)
+        ([2, 0], [3, 2])
+    """
+    grouped = rewards.view(-1, num_generations)
+    scored = ~torch.isnan(grouped)
+    scorable = scored.sum(dim=1).tolist()
+    if not highest > lowest:
+        return [-1] * len(scorable), scorable
+    upper = (scored & (grouped > (lowest + highest) / 2)).sum(dim=1).tolist()
+    return upper, scorable
+
+
 def zero_variance_split(
     rewards: torch.Tensor, num_generations: int, informative: torch.Tensor, lowest: float, highest: float
 ) -> ZeroVarianceSplit:

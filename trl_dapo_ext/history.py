@@ -8,6 +8,12 @@ policy has learned to solve (or has unlearned) is seen again and the data distri
 currently informative prompts (the idea of GRESO, arXiv 2506.02177, with a constant floor instead of its adaptive
 probabilities).
 
+The same history feeds the refill planner's strata (:meth:`PromptHistory.stratum`). When the caller also records how
+many completions of each group landed in the upper half of the reward range, the history keeps a per-prompt tally
+of them and predicts the chance that the prompt's next group is informative; prompts are then grouped by that
+prediction (ten buckets) instead of by their last outcome alone, which tells a prompt that was 1 of 8 right from one
+that was 4 of 8 right, and a prompt that was all wrong three times from one that was all wrong once.
+
 Decisions are rank-consistent without communication: the coin for a proposal is a hash of
 ``(seed, step, round, position, index)``, numbers every process agrees on, and the history is updated with gathered
 (global) outcomes, so every process holds the same history and skips the same prompts. No torch.
@@ -34,6 +40,31 @@ class GroupOutcome(IntEnum):
 _CODES = "IHLO"  # one character per outcome in checkpoints: Informative, High, Low, Other
 _STRATA = {"I": "informative", "H": "all_max", "L": "all_min", "O": "other"}
 UNSEEN = "unseen"
+PREDICTION_BUCKETS = 10  # strata of prompts with a tally: predicted retention in [0, 0.1), [0.1, 0.2), ...
+_JEFFREYS = 0.5  # Beta(1/2, 1/2) prior on a prompt's upper-half share: weak, symmetric, proper
+
+
+def predicted_retention(upper: float, lower: float, generations: int) -> float:
+    """Chance that a group of ``generations`` completions is informative, given past upper/lower completion counts.
+
+    Each completion lands in the upper half of the reward range with an unknown per-prompt chance ``s``, with
+    posterior ``Beta(1/2 + upper, 1/2 + lower)``; the group is zero-variance when all land on one side, so the
+    chance is ``1 - E[s^G] - E[(1 - s)^G]`` with ``E[s^G] = prod_k (a + k) / (a + b + k)`` (Beta moments). For 0/1
+    rewards this is exactly DAPO's keep rule; for graded rewards it underestimates (groups on one side can still
+    vary), which the planner's per-stratum retention estimates correct.
+
+    Example:
+        >>> round(predicted_retention(0, 0, 2), 3)  # no evidence: 1 - 2 * E[s^2] with s ~ Beta(1/2, 1/2)
+        0.25
+        >>> predicted_retention(4, 4, 8) > 0.9 > 0.5 > predicted_retention(16, 0, 8)  # 4 of 8 right vs 16 of 16
+        True
+    """
+    a, b = _JEFFREYS + upper, _JEFFREYS + lower
+    all_upper = all_lower = 1.0
+    for k in range(generations):
+        all_upper *= (a + k) / (a + b + k)
+        all_lower *= (b + k) / (a + b + k)
+    return max(0.0, 1.0 - all_upper - all_lower)
 
 
 def seeded_uniform(seed: int, *keys: int) -> float:
@@ -83,6 +114,8 @@ class PromptHistory:
         seed: int = 0,
         skip_outcomes: Sequence[GroupOutcome] = (GroupOutcome.ALL_MAX, GroupOutcome.ALL_MIN, GroupOutcome.OTHER),
         max_proposals_factor: int = 20,
+        generations: int | None = None,
+        tally_decay: float = 0.7,
     ):
         if window < 1:
             raise ValueError(f"window={window} must be >= 1 (the number of past groups a skip is based on)")
@@ -92,32 +125,76 @@ class PromptHistory:
             raise ValueError("informative groups never make a prompt skippable")
         if max_proposals_factor < 1:
             raise ValueError(f"max_proposals_factor={max_proposals_factor} must be >= 1")
+        if generations is not None and generations < 2:
+            raise ValueError(f"generations={generations} must be >= 2 (completions per group) or None")
+        if not 0.0 <= tally_decay <= 1.0:
+            raise ValueError(f"tally_decay={tally_decay} must lie in [0, 1] (1 keeps every visit at full weight)")
         self.window = window
         self.floor = floor
         self.seed = seed
         self.skip_outcomes = frozenset(GroupOutcome(outcome) for outcome in skip_outcomes)
         self._skip_codes = frozenset(_CODES[outcome] for outcome in self.skip_outcomes)
         self.max_proposals_factor = max_proposals_factor
+        self.generations = generations
+        self.tally_decay = tally_decay
         self.outcomes: dict[int, str] = {}  # index -> codes of its last `window` groups, oldest first
+        # index -> completions in the upper / lower half of the reward range, earlier visits weighted by tally_decay
+        # per later visit (the policy learns: an old visit says less about the next one).
+        self.tallies: dict[int, tuple[float, float]] = {}
         self.proposed = self.skipped = self.readmitted = self.forced = 0  # cumulative, for logging
 
-    def record(self, indices: Sequence[int], outcomes: Sequence[int]) -> None:
-        """Remember the outcome of each generated group (global lists: every process records the same)."""
+    def record(
+        self,
+        indices: Sequence[int],
+        outcomes: Sequence[int],
+        upper: Sequence[int] | None = None,
+        scorable: Sequence[int] | None = None,
+    ) -> None:
+        """Remember the outcome of each generated group (global lists: every process records the same).
+
+        ``upper`` / ``scorable`` (optional, per group): how many completions landed in the upper half of the reward
+        range, and how many were scored at all; a negative ``upper`` means unknown (e.g. the range is not open yet).
+        They feed :func:`predicted_retention` and so the strata.
+        """
         if len(indices) != len(outcomes):
             raise ValueError(f"{len(indices)} indices but {len(outcomes)} outcomes")
         for index, outcome in zip(indices, outcomes):
             code = _CODES[GroupOutcome(int(outcome))]
             self.outcomes[int(index)] = (self.outcomes.get(int(index), "") + code)[-self.window :]
+        if upper is None:
+            return
+        if scorable is None or not len(upper) == len(scorable) == len(indices):
+            raise ValueError("upper and scorable need one count per index")
+        for index, high, total in zip(indices, upper, scorable):
+            if high < 0 or total <= 0:
+                continue
+            if high > total:
+                raise ValueError(f"index {index}: {high} upper completions out of {total} scorable")
+            old_high, old_low = self.tallies.get(int(index), (0.0, 0.0))
+            decay = self.tally_decay
+            self.tallies[int(index)] = (decay * old_high + int(high), decay * old_low + int(total) - int(high))
+
+    def predicted_retention(self, index: int) -> float | None:
+        """:func:`predicted_retention` from the prompt's tally, ``None`` without one (or without ``generations``)."""
+        tally = self.tallies.get(int(index))
+        if tally is None or self.generations is None:
+            return None
+        return predicted_retention(*tally, self.generations)
 
     def stratum(self, index: int) -> str:
-        """What the last group of ``index`` turned out to be (a planner stratum), ``"unseen"`` if never generated.
+        """The planner stratum of ``index``: its predicted-retention bucket when it has a tally (and ``generations``
+        is set), else what its last group turned out to be, ``"unseen"`` if never generated.
 
         Example:
-            >>> history = PromptHistory()
-            >>> history.record([3], [GroupOutcome.ALL_MIN])
-            >>> history.stratum(3), history.stratum(4)
-            ('all_min', 'unseen')
+            >>> history = PromptHistory(generations=8)
+            >>> history.record([3, 5], [GroupOutcome.ALL_MIN, GroupOutcome.INFORMATIVE], upper=[-1, 4], scorable=[8, 8])
+            >>> history.stratum(3), history.stratum(4), history.stratum(5)
+            ('all_min', 'unseen', 'predicted 0.9-1.0')
         """
+        prediction = self.predicted_retention(index)
+        if prediction is not None:
+            bucket = min(int(prediction * PREDICTION_BUCKETS), PREDICTION_BUCKETS - 1)
+            return f"predicted {bucket / PREDICTION_BUCKETS:.1f}-{(bucket + 1) / PREDICTION_BUCKETS:.1f}"
         codes = self.outcomes.get(int(index))
         return _STRATA[codes[-1]] if codes else UNSEEN
 
@@ -179,6 +256,7 @@ class PromptHistory:
             "window": self.window,
             "seed": self.seed,
             "outcomes": {str(index): codes for index, codes in self.outcomes.items()},
+            "tallies": {str(index): list(tally) for index, tally in self.tallies.items()},
             "counters": {
                 "proposed": self.proposed,
                 "skipped": self.skipped,
@@ -195,6 +273,10 @@ class PromptHistory:
             )
         # A different window is allowed: longer windows just need more visits before a prompt is skippable.
         self.outcomes = {int(index): codes[-self.window :] for index, codes in state["outcomes"].items()}
+        # Checkpoints written before the tallies existed have none: those prompts fall back to their last outcome.
+        self.tallies = {
+            int(index): (float(high), float(low)) for index, (high, low) in state.get("tallies", {}).items()
+        }
         counters = state["counters"]
         self.proposed, self.skipped = int(counters["proposed"]), int(counters["skipped"])
         self.readmitted, self.forced = int(counters["readmitted"]), int(counters["forced"])
