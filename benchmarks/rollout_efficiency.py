@@ -15,6 +15,8 @@ rewards, DAPO Eq. 11). Every step needs ``--groups`` informative groups. Strateg
   (``PromptHistory.stratum``: unseen, or a bucket of the retention predicted from the prompt's tally of right and
   wrong answers), so that a round's informative count is predicted from the prompts it actually holds.
 * ``planner+skip``: the planner plus ``trl_dapo_ext.history.PromptHistory`` skipping in the refill stream.
+* ``planner @c``: the planner at confidence ``c`` (``--sweep``): fewer second rounds for more surplus. The summary
+  says per mix whether any confidence run meets all three planner targets at once.
 
 For mixes where veRL's first batch rarely falls short, the script also prints a lower bound: the surplus of a
 clairvoyant sizing rule that knows every prompt's exact chance of being informative before generating it, at veRL's
@@ -172,11 +174,12 @@ def run(strategy: str, mix: Mix, p0: np.ndarray, args: argparse.Namespace, seed:
     world = World(mix, p0, G, seed=seed + 1)
     batches = EpochStream(len(p0), seed=seed + 2)
     refill_stream = RefillSampler(len(p0), seed=seed + 3)
-    planner = RefillPlanner(confidence=args.confidence, decay=args.decay)
+    confidence = float(strategy.split("@")[1]) if "@" in strategy else args.confidence  # "planner @0.99"
+    planner = RefillPlanner(confidence=confidence, decay=args.decay)
     skipping = strategy == "planner+skip"
     # The history remembers every prompt's last outcome: strata for the planner, and skips with planner+skip.
     history = PromptHistory(window=args.window, floor=args.floor, seed=seed, generations=G)
-    stratified = strategy in ("planner", "planner+skip")
+    stratified = strategy in ("planner", "planner+skip") or "@" in strategy
     tally = Tally()
 
     def stratum(index: int) -> str:
@@ -296,6 +299,13 @@ def main() -> int:
     parser.add_argument("--decay", type=float, default=RefillPlanner().decay, help="RefillPlanner(decay=...)")
     parser.add_argument("--window", type=int, default=1, help="PromptHistory(window=...)")
     parser.add_argument("--floor", type=float, default=0.1, help="PromptHistory(floor=...)")
+    parser.add_argument(
+        "--sweep",
+        type=float,
+        nargs="*",
+        default=[0.99, 0.999],
+        help="also run the planner at these confidences (rows 'planner @c'): the rounds-vs-surplus trade-off",
+    )
     parser.add_argument("--mixes", nargs="*", help="only these mixes (names as printed)")
     parser.add_argument("--no-bounds", action="store_true", help="skip the clairvoyant lower bounds (faster)")
     args = parser.parse_args()
@@ -321,7 +331,7 @@ def main() -> int:
             f"{'strategy':<14} {'compl/retained':>15} {'x G':>6} {'rounds':>11} {'surplus':>8} {'exhausted':>9}  notes"
         )
         results[mix.name] = {}
-        for strategy in STRATEGIES:
+        for strategy in STRATEGIES + [f"planner @{c:g}" for c in args.sweep]:
             tally = Tally()
             for seed in range(args.seed, args.seed + args.seeds):  # independent runs, pooled
                 draw = p0 if seed == args.seed else mix.draw(np.random.default_rng(seed * 1000 + mix_number), len(p0))
@@ -373,6 +383,21 @@ def main() -> int:
             f"info  {mix_name}: without history strata the planner generates {cost['planner, pooled']:.2f}x G "
             f"per retained group, discards {1 - pooled.surplus / max(verl.surplus, 1):.0%} less surplus than veRL, "
             f"{np.mean(pooled.rounds):.3f} rounds/step"
+        )
+        trade_off = []  # the planner at every confidence run: does any meet the three planner targets at once?
+        for name, tally in by_strategy.items():
+            if name == "planner" or "@" in name:
+                level = float(name.split("@")[1]) if "@" in name else args.confidence
+                cut = 1 - tally.surplus / max(verl.surplus, 1)
+                meets = (
+                    cost[name] <= cost["veRL recipe"] and cut >= 0.30 and np.mean(tally.rounds) <= np.mean(verl.rounds)
+                )
+                trade_off.append(
+                    f"{level:g}: {np.mean(tally.rounds):.3f} rounds, {cut:.0%} less surplus{' (all three)' if meets else ''}"
+                )
+        print(
+            f"info  {mix_name}: planner confidence -> rounds/step, surplus cut vs veRL: "
+            + "; ".join(sorted(trade_off))
         )
         shortfall, bound = bounds.get(mix_name, (1.0, 0.0))
         if shortfall < 0.05 and mix_name not in DRIFTING:  # veRL's rounds bind where its first batch rarely misses
