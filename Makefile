@@ -41,6 +41,7 @@ demo: setup
 
 lint: setup
 	$(PY) -m ruff check trl_dapo_ext reward_funcs tests benchmarks
+	$(PY) -m ruff format --check trl_dapo_ext reward_funcs tests benchmarks
 
 clean:
 	rm -rf $(VENV) $(ALT_DIR) .pytest_cache

@@ -28,13 +28,50 @@ _BUILTINS = frozenset(dir(builtins))
 _STDLIB = frozenset(sys.stdlib_module_names)
 _NEVER_PROBE = (ast.Compare, ast.BoolOp, ast.IfExp)
 _SIMPLE_NODES = (
-    ast.Expression, ast.Constant, ast.Name, ast.Load, ast.List, ast.Tuple, ast.Set, ast.Dict, ast.Compare,
-    ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.UAdd, ast.Eq, ast.NotEq, ast.Lt, ast.LtE,
-    ast.Gt, ast.GtE, ast.In, ast.NotIn, ast.Is, ast.IsNot, ast.Subscript, ast.Slice,
+    ast.Expression,
+    ast.Constant,
+    ast.Name,
+    ast.Load,
+    ast.List,
+    ast.Tuple,
+    ast.Set,
+    ast.Dict,
+    ast.Compare,
+    ast.BoolOp,
+    ast.And,
+    ast.Or,
+    ast.UnaryOp,
+    ast.Not,
+    ast.USub,
+    ast.UAdd,
+    ast.Eq,
+    ast.NotEq,
+    ast.Lt,
+    ast.LtE,
+    ast.Gt,
+    ast.GtE,
+    ast.In,
+    ast.NotIn,
+    ast.Is,
+    ast.IsNot,
+    ast.Subscript,
+    ast.Slice,
 )
 _SAFE_CALLS = {
-    "len": len, "sorted": sorted, "set": set, "frozenset": frozenset, "list": list, "tuple": tuple, "abs": abs,
-    "round": round, "min": min, "max": max, "sum": sum, "all": all, "any": any, "bool": bool,
+    "len": len,
+    "sorted": sorted,
+    "set": set,
+    "frozenset": frozenset,
+    "list": list,
+    "tuple": tuple,
+    "abs": abs,
+    "round": round,
+    "min": min,
+    "max": max,
+    "sum": sum,
+    "all": all,
+    "any": any,
+    "bool": bool,
     "math.isclose": __import__("math").isclose,
 }
 _SAFE_KEYWORDS = {"reverse", "rel_tol", "abs_tol"}
@@ -104,9 +141,14 @@ def _lift_check_function(stmts: list[ast.stmt], entry_point: str | None) -> list
         return stmts
     fn = checks[0]
     calls = [
-        s for s in stmts
-        if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and isinstance(s.value.func, ast.Name)
-        and s.value.func.id == "check" and len(s.value.args) == 1 and isinstance(s.value.args[0], ast.Name)
+        s
+        for s in stmts
+        if isinstance(s, ast.Expr)
+        and isinstance(s.value, ast.Call)
+        and isinstance(s.value.func, ast.Name)
+        and s.value.func.id == "check"
+        and len(s.value.args) == 1
+        and isinstance(s.value.args[0], ast.Name)
     ]
     entry = calls[-1].value.args[0].id if calls else entry_point
     if not entry:
@@ -164,8 +206,9 @@ class _Splitter:
         if self.probe_ok(node):
             self.probes.append(node)
             return ast.Name(id=f"__p{len(self.probes) - 1}__", ctx=ast.Load())
-        if isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.NamedExpr,
-                             ast.Await)):
+        if isinstance(
+            node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.NamedExpr, ast.Await)
+        ):
             if self.probe_ok(node, allow_constants=True):
                 self.probes.append(node)
                 return ast.Name(id=f"__p{len(self.probes) - 1}__", ctx=ast.Load())
@@ -342,8 +385,14 @@ def eval_simple(expr: str, values: dict, literals: dict):
 
 
 _OPS = {
-    ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b, ast.Lt: lambda a, b: a < b,
-    ast.LtE: lambda a, b: a <= b, ast.Gt: lambda a, b: a > b, ast.GtE: lambda a, b: a >= b,
-    ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b, ast.Is: lambda a, b: a is b,
+    ast.Eq: lambda a, b: a == b,
+    ast.NotEq: lambda a, b: a != b,
+    ast.Lt: lambda a, b: a < b,
+    ast.LtE: lambda a, b: a <= b,
+    ast.Gt: lambda a, b: a > b,
+    ast.GtE: lambda a, b: a >= b,
+    ast.In: lambda a, b: a in b,
+    ast.NotIn: lambda a, b: a not in b,
+    ast.Is: lambda a, b: a is b,
     ast.IsNot: lambda a, b: a is not b,
 }

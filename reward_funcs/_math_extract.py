@@ -25,9 +25,7 @@ _MATHLIKE_START = re.compile(r"(?:[-+−.(\[{\\$\d]|\*\*|[A-Za-z](?![A-Za-z]))")
 _MATH_DELIMS = re.compile(r"\$\$|\$|\\\(|\\\)|\\\[|\\\]")
 _CONNECTIVE = re.compile(r"(?i)^(?:|,|;|/|&|or|and|,or|,and|\\lor|\\vee|\\text\{or\}|\\text\{and\}|\\quad|\\qquad)$")
 # "the answer is 5, since 2+3=5": the justification after the value is not part of the answer.
-_JUSTIFICATION = re.compile(
-    r"(?i),?\s+(?:since|because|as|which|so|where|given|when|thus|hence|therefore)\b"
-)
+_JUSTIFICATION = re.compile(r"(?i),?\s+(?:since|because|as|which|so|where|given|when|thus|hence|therefore)\b")
 _UNANCHORED_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?")
 _MAX_SENTENCE = 5000
 _MAX_BOX_CHAIN = 8

@@ -19,7 +19,9 @@ _SPACING = re.compile(r"\\\\|\\[!,;:> ]|~|\\(?:quad|qquad)(?![A-Za-z])")
 _DROP = re.compile(r"\\(?:left|right|displaystyle|textstyle|big|Big|bigg|Bigg)(?![A-Za-z])")
 _FRAC_ALIASES = re.compile(r"\\[dt]frac(?![A-Za-z])")
 _TEXT_CMD = re.compile(r"\\(?:text|textbf|textit|textrm|textnormal|mathrm|mathbf|mathit|mbox|operatorname)\s*\{")
-_UNIT_TEXT_TAIL = re.compile(r"^(?P<head>.*?[\d})!])\s*(?:\\(?:text|mbox|mathrm|textrm)\s*\{[^{}]*\}(?:\^\{?\d\}?)?\s*)+$")
+_UNIT_TEXT_TAIL = re.compile(
+    r"^(?P<head>.*?[\d})!])\s*(?:\\(?:text|mbox|mathrm|textrm)\s*\{[^{}]*\}(?:\^\{?\d\}?)?\s*)+$"
+)
 _DEGREE_NUMBER = re.compile(
     r"^(?P<num>[-+]?(?:\d[\d,]*(?:\.\d+)?|\.\d+))\s*(?:\^\s*\{?\s*\\circ\s*\}?|°|\\degree)\s*(?:[CF])?$"
 )

@@ -172,8 +172,10 @@ class _Comparator:
         # Expressions in free symbols: compare at random rational points (different there = different functions).
         points = [{}]
         if symbols:
-            points = [{s: sp.Rational(rng.choice([-1, 1]) * rng.randint(3, 97), rng.randint(3, 31)) for s in symbols}
-                      for _ in range(3)]
+            points = [
+                {s: sp.Rational(rng.choice([-1, 1]) * rng.randint(3, 97), rng.randint(3, 31)) for s in symbols}
+                for _ in range(3)
+            ]
         for point in points:
             d = sp.N(diff.subs(point), 60)
             scale = max(abs(sp.N(a.subs(point), 60)), abs(sp.N(b.subs(point), 60)))

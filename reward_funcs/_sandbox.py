@@ -38,9 +38,35 @@ _backend_cache: dict[str, str] = {}
 # Common stdlib modules imported before dropping privileges when the interpreter's stdlib sits behind a directory the
 # sandbox uid cannot traverse (e.g. pyenv under /root) in the ``root`` fallback.
 _PREIMPORT = (
-    "collections", "heapq", "bisect", "itertools", "functools", "math", "cmath", "re", "string", "random",
-    "decimal", "fractions", "statistics", "typing", "dataclasses", "copy", "operator", "datetime", "array",
-    "queue", "threading", "io", "struct", "textwrap", "unicodedata", "hashlib", "enum", "abc", "numbers",
+    "collections",
+    "heapq",
+    "bisect",
+    "itertools",
+    "functools",
+    "math",
+    "cmath",
+    "re",
+    "string",
+    "random",
+    "decimal",
+    "fractions",
+    "statistics",
+    "typing",
+    "dataclasses",
+    "copy",
+    "operator",
+    "datetime",
+    "array",
+    "queue",
+    "threading",
+    "io",
+    "struct",
+    "textwrap",
+    "unicodedata",
+    "hashlib",
+    "enum",
+    "abc",
+    "numbers",
 )
 
 
@@ -63,7 +89,18 @@ def _launcher_cmd(backend: str, result_fd: int, site_packages: bool) -> list[str
     py = [sys.executable, "-I"] + ([] if site_packages else ["-S"]) + [str(_CHILD), str(result_fd)]
     if not backend.startswith("ns"):
         return py
-    ns = ["unshare", "--pid", "--fork", "--kill-child", "--mount", "--net", "--ipc", "--uts", "--propagation", "private"]
+    ns = [
+        "unshare",
+        "--pid",
+        "--fork",
+        "--kill-child",
+        "--mount",
+        "--net",
+        "--ipc",
+        "--uts",
+        "--propagation",
+        "private",
+    ]
     if backend == "ns-user":
         ns += ["--user", "--map-root-user"]
     return ns + ["--"] + py
@@ -266,7 +303,9 @@ def run_job(
         os.close(r)
         _finish(proc, backend, uid, scratch)
     if not records and proc.returncode not in (0, None):
-        raise RuntimeError(f"sandbox supervisor failed (exit {proc.returncode}): {stderr.decode(errors='replace')[-2000:]}")
+        raise RuntimeError(
+            f"sandbox supervisor failed (exit {proc.returncode}): {stderr.decode(errors='replace')[-2000:]}"
+        )
     return records
 
 

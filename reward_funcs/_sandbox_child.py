@@ -156,7 +156,8 @@ def _prctl(option: int, arg: int = 0) -> int:
 
 def _mount(src: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
     def enc(s):
-        return (None if s is None else s.encode())
+        return None if s is None else s.encode()
+
     if _libc.mount(enc(src), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"mount {target}: {os.strerror(err)}")
@@ -260,8 +261,13 @@ class _Supervisor:
         for name in ("null", "zero", "full", "random", "urandom"):
             open(f"{new}/dev/{name}", "w").close()
             _mount(f"/dev/{name}", f"{new}/dev/{name}", None, _MS_BIND)
-        for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
-                             ("stderr", "/proc/self/fd/2"), ("shm", "/tmp")):
+        for name, target in (
+            ("fd", "/proc/self/fd"),
+            ("stdin", "/proc/self/fd/0"),
+            ("stdout", "/proc/self/fd/1"),
+            ("stderr", "/proc/self/fd/2"),
+            ("shm", "/tmp"),
+        ):
             os.symlink(target, f"{new}/dev/{name}")
         os.makedirs(new + "/proc")
         _mount("proc", new + "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
@@ -577,13 +583,22 @@ def _become_candidate(sup: _Supervisor, stdin_fd: int, stdout_fd: int, report_w:
     if sup.backend in ("root", "user"):
         os.chdir(sup.spec["scratch"])
     os.environ.clear()
-    os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": os.getcwd(),
-                       "TMPDIR": os.getcwd(), "OMP_NUM_THREADS": "1"})
+    os.environ.update(
+        {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "LANG": "C.UTF-8",
+            "HOME": os.getcwd(),
+            "TMPDIR": os.getcwd(),
+            "OMP_NUM_THREADS": "1",
+        }
+    )
 
 
 def _drop_capabilities() -> None:
     """User-namespace backend: the candidate shares the supervisor's uid, so drop every capability for good."""
-    _libc.prctl(_PR_SET_SECUREBITS, ctypes.c_ulong(0x2F), 0, 0, 0)  # NOROOT, NO_SETUID_FIXUP, KEEP_CAPS_LOCKED (+locks)
+    _libc.prctl(
+        _PR_SET_SECUREBITS, ctypes.c_ulong(0x2F), 0, 0, 0
+    )  # NOROOT, NO_SETUID_FIXUP, KEEP_CAPS_LOCKED (+locks)
     for cap in range(64):
         _libc.prctl(_PR_CAPBSET_DROP, ctypes.c_ulong(cap), 0, 0, 0)
     _libc.prctl(_PR_CAP_AMBIENT, ctypes.c_ulong(_PR_CAP_AMBIENT_CLEAR_ALL), 0, 0, 0)

@@ -150,8 +150,10 @@ def _parse_tests(tests: Any) -> tuple[str, Any]:
     fn = tests.get("fn_name")
     if fn:
         return "call", (str(fn), [i if isinstance(i, list) else [i] for i in inputs], outputs)
+
     def as_text(v):
-        return ("\n".join(map(str, v)) + "\n" if isinstance(v, list) else str(v))
+        return "\n".join(map(str, v)) + "\n" if isinstance(v, list) else str(v)
+
     return "stdio", ([as_text(i) for i in inputs], [as_text(o) for o in outputs])
 
 
@@ -259,8 +261,9 @@ def _sandbox_outcome(rec: dict | None) -> TestOutcome | None:
     return None
 
 
-def _run(code: str, kind: str, spec: Any, settings: _Settings, stop_on_failure: bool, entry_point: str | None
-         ) -> CodeTestReport:
+def _run(
+    code: str, kind: str, spec: Any, settings: _Settings, stop_on_failure: bool, entry_point: str | None
+) -> CodeTestReport:
     backend = _sandbox.resolve_backend(settings.isolation)
     run = _sandbox.run_job
     kw = dict(backend=backend, site_packages=settings.site_packages)
@@ -343,7 +346,12 @@ def _run(code: str, kind: str, spec: Any, settings: _Settings, stop_on_failure: 
         return False
 
     if plan.probes:
-        job = {"mode": "calls", "code": code, "setup": list(plan.child_setup), "cases": [{"expr": e} for e in plan.probes]}
+        job = {
+            "mode": "calls",
+            "code": code,
+            "setup": list(plan.child_setup),
+            "cases": [{"expr": e} for e in plan.probes],
+        }
         run(job, lim, on_record=on_probe, **kw)
     stopped = stop_on_failure and any(o.outcome != "passed" for o in checks_done.values())
     for i, c in enumerate(plan.checks):
@@ -352,12 +360,18 @@ def _run(code: str, kind: str, spec: Any, settings: _Settings, stop_on_failure: 
             if res is not None:
                 checks_done[i] = res
     # Checks the parent does not evaluate itself go to an oracle process that runs only the test code.
-    oracle = [i for i, c in enumerate(plan.checks) if i not in checks_done and not stopped
-              and all(p in values for p in c.probes)]
+    oracle = [
+        i
+        for i, c in enumerate(plan.checks)
+        if i not in checks_done and not stopped and all(p in values for p in c.probes)
+    ]
     if oracle:
         cases = [
-            {"expr": plan.checks[i].expr, "truth": True,
-             "bind": {f"__p{p}__": encode_value(values[p]) for p in plan.checks[i].probes}}
+            {
+                "expr": plan.checks[i].expr,
+                "truth": True,
+                "bind": {f"__p{p}__": encode_value(values[p]) for p in plan.checks[i].probes},
+            }
             for i in oracle
         ]
         recs = run({"mode": "calls", "code": "", "setup": list(plan.oracle_setup), "cases": cases}, lim, **kw)
@@ -367,7 +381,9 @@ def _run(code: str, kind: str, spec: Any, settings: _Settings, stop_on_failure: 
                 checks_done[i] = TestOutcome(i, "failed", f"check raised: {rec.get('d', '') if rec else 'no result'}")
             else:
                 passed = rec.get("v") is True
-                checks_done[i] = TestOutcome(i, "passed" if passed else "failed", "" if passed else plan.checks[i].source)
+                checks_done[i] = TestOutcome(
+                    i, "passed" if passed else "failed", "" if passed else plan.checks[i].source
+                )
     outcomes = [checks_done.get(i, TestOutcome(i, "skipped")) for i in range(len(plan.checks))]
     return CodeTestReport(tuple(outcomes), "assert", True, backend)
 
@@ -396,7 +412,13 @@ def run_code_tests(
     settings = _make_settings(timeout_s, memory_mb, float_tol, isolation, limits)
     kind, spec = _parse_tests(tests)
     if not code or not code.strip():
-        n = len(spec[0]) if kind == "stdio" else len(spec[1]) if kind == "call" else len(plan_asserts(spec, entry_point).checks)
+        n = (
+            len(spec[0])
+            if kind == "stdio"
+            else len(spec[1])
+            if kind == "call"
+            else len(plan_asserts(spec, entry_point).checks)
+        )
         return CodeTestReport(tuple(TestOutcome(i, "skipped", "no code") for i in range(n)), kind, False, "")
     return _run(code, kind, spec, settings, stop_on_failure, entry_point)
 
@@ -458,8 +480,9 @@ class CodeReward:
             return None
         return report.fraction if self.partial_credit else float(report.all_passed)
 
-    def __call__(self, completions: Sequence[Any], tests: Sequence[Any] | None = None, **kwargs: Any
-                 ) -> list[float | None]:
+    def __call__(
+        self, completions: Sequence[Any], tests: Sequence[Any] | None = None, **kwargs: Any
+    ) -> list[float | None]:
         if tests is None:
             raise TypeError(f"{self.__name__} needs a `tests` dataset column")
         if len(tests) != len(completions):
@@ -467,15 +490,19 @@ class CodeReward:
         entry = kwargs.get("entry_point") or [None] * len(completions)
         _sandbox.resolve_backend(self.settings.isolation)  # probe (and warn) once, before the threads start
         # GRPO groups often contain identical completions: run each distinct (code, tests) pair once.
-        keys = [(extract_code(_completion_text(c)), _freeze(t), e) for c, t, e in zip(completions, tests, entry, strict=True)]
+        keys = [
+            (extract_code(_completion_text(c)), _freeze(t), e)
+            for c, t, e in zip(completions, tests, entry, strict=True)
+        ]
         first: dict[Any, int] = {}
         for i, key in enumerate(keys):
             first.setdefault(key, i)
         jobs = sorted(first.values())
         workers = max(1, min(self.max_workers or _default_workers(), len(jobs)))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="code-reward") as pool:
-            results = dict(zip(jobs, pool.map(lambda i: self.score(completions[i], tests[i], entry[i]), jobs),
-                               strict=True))
+            results = dict(
+                zip(jobs, pool.map(lambda i: self.score(completions[i], tests[i], entry[i]), jobs), strict=True)
+            )
         return [results[first[key]] for key in keys]
 
     def _warn(self, message: str, prefix: str = "unusable tests, reward None") -> None:

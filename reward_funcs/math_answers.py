@@ -397,7 +397,10 @@ class MathReward:
             _ex.extract_answer(_ex.completion_text(c), unanchored_fallback=self.unanchored_fallback)
             for c in completions
         ]
-        pairs = [(_prepare(a) if a is not None else None, _prepare_gold(None if g is None else str(g))) for a, g in zip(answers, golds, strict=True)]
+        pairs = [
+            (_prepare(a) if a is not None else None, _prepare_gold(None if g is None else str(g)))
+            for a, g in zip(answers, golds, strict=True)
+        ]
         verdicts = _score_pairs(pairs, self.timeout_s, self.workers, self.memory_limit_mb)
         log_extra = kwargs.get("log_extra")
         if callable(log_extra):
@@ -472,7 +475,9 @@ class MathFormatReward:
             # One reasoning block at the start; the opening tag may live in the prompt (chat templates).
             if closes != 1 or opens > 1:
                 return False
-            if opens == 1 and not (lower.lstrip().startswith("<think>") and lower.index("<think>") < lower.index("</think>")):
+            if opens == 1 and not (
+                lower.lstrip().startswith("<think>") and lower.index("<think>") < lower.index("</think>")
+            ):
                 return False
             after = text[lower.index("</think>") + len("</think>") :]
         else:
