@@ -218,6 +218,17 @@ class DynamicSamplingMixin:
         """For the planner: the strata of the refill prompts a round would draw (a preview of the shared stream)."""
         return lambda count: [self._stratum(i) for i in self._refill_stream(count, round_index, preview=True)]
 
+    def _first_refill(self, target: int, max_rounds: int) -> int:
+        """Refill groups (per process) that round 1 adds to the batch's own ``target``: the fixed factor, or the
+        planner's plan from the strata of every process's own prompts and a preview of the refill stream."""
+        if self.refill_planner is None:
+            return math.ceil(target * self.args.dynamic_sampling_oversample) - target
+        own = self.accelerator.gather(torch.tensor(self._round_indices, device=self.accelerator.device)).cpu()
+        own_strata = [[self._stratum(i) for i in row] for row in own.view(-1, target).tolist()]
+        return self.refill_planner.first_round(
+            target, rounds_left=max_rounds, own=own_strata, candidates=self._candidate_strata(round_index=1)
+        )
+
     def _dynamic_sampling_batch(self, inputs: list[dict[str, Any]]) -> dict[str, torch.Tensor | Any]:
         args, G = self.args, self.num_generations
         num_processes = self.accelerator.num_processes
@@ -227,15 +238,7 @@ class DynamicSamplingMixin:
         # The batch's own prompts: their dataset indices (taken out of the rows) say what they were last time.
         self._round_indices = [int(row.pop(PROMPT_INDEX_COLUMN, -1)) for row in inputs][::G]
         self._skip_counts = [0, 0, 0]
-        if planner is None:  # fixed first round; later rounds never larger
-            first_round_groups = math.ceil(target * args.dynamic_sampling_oversample)
-            first_refill = first_round_groups - target
-        else:
-            own = self.accelerator.gather(torch.tensor(self._round_indices, device=self.accelerator.device)).cpu()
-            own_strata = [[self._stratum(i) for i in row] for row in own.view(num_processes, target).tolist()]
-            first_refill = planner.first_round(
-                target, rounds_left=max_rounds, own=own_strata, candidates=self._candidate_strata(round_index=1)
-            )
+        first_refill = self._first_refill(target, max_rounds)
         metric_marks = {key: len(values) for key, values in self._metrics["train"].items()}
         original_logs, round_logs = self._logs, {}
 
@@ -313,7 +316,7 @@ class DynamicSamplingMixin:
                     missing_groups=missing_groups,
                     attempted_groups=int(totals[0]),
                     informative_groups_seen=int(totals[1]),
-                    max_groups=first_round_groups,
+                    max_groups=target + first_refill,  # later rounds never larger than the first
                 )
             rows = self._refill_rows(next_groups, round_index=round_index + 1)
         if planner is not None:
