@@ -35,7 +35,7 @@ test-main: setup
 test-trl-alt: $(ALT_DIR)/.installed
 	PYTHONPATH=$(ALT_DIR) $(PY) -m pytest -q -m trainer -p no:cacheprovider
 
-# The main job on a fresh machine: a tiny model learns addition with DAPO on the CPU (about 4.5 minutes on 2 cores).
+# The main job on a fresh machine: a tiny model learns addition with DAPO on the CPU (2.5 to 4.5 minutes on 2 cores).
 demo: setup
 	$(PY) -m trl_dapo_ext.cli.main demo $(DEMO_ARGS)
 
