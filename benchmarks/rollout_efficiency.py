@@ -153,7 +153,8 @@ class World:
     def close(self, steps: int) -> None:
         self.longest_gap = np.maximum(self.longest_gap, steps - self.last_seen - 1)
 
-    def generate(self, indices: list[int]) -> list[GroupOutcome]:
+    def generate(self, indices: list[int]) -> tuple[list[GroupOutcome], list[int]]:
+        """Each prompt's group: its outcome, and its number of right answers (the history's per-prompt tally)."""
         correct = self.rng.binomial(self.generations, self.p[indices])
         np.add.at(self.visits, indices, 1)
         self.longest_gap[indices] = np.maximum(self.longest_gap[indices], self.step - self.last_seen[indices] - 1)
@@ -161,8 +162,7 @@ class World:
         outcomes = np.full(len(indices), GroupOutcome.INFORMATIVE)
         outcomes[correct == self.generations] = GroupOutcome.ALL_MAX
         outcomes[correct == 0] = GroupOutcome.ALL_MIN
-        self.last_correct = correct.tolist()  # right answers per group: the history's per-prompt tally
-        return [GroupOutcome(int(o)) for o in outcomes]
+        return [GroupOutcome(int(o)) for o in outcomes], correct.tolist()
 
 
 def informative_count(outcomes: list[GroupOutcome]) -> int:
@@ -203,7 +203,7 @@ def run(strategy: str, mix: Mix, p0: np.ndarray, args: argparse.Namespace, seed:
         kept = generated = rounds = 0
         if strategy == "veRL recipe":
             while kept < target and rounds < MAX_ROUNDS:
-                outcomes = world.generate(batches.take(VERL_FACTOR * target))
+                outcomes, _ = world.generate(batches.take(VERL_FACTOR * target))
                 kept += informative_count(outcomes)
                 generated += len(outcomes)
                 rounds += 1
@@ -216,8 +216,8 @@ def run(strategy: str, mix: Mix, p0: np.ndarray, args: argparse.Namespace, seed:
             max_rounds = 100 if strategy == "one-by-one" else MAX_ROUNDS
             while True:
                 strata = [stratum(i) for i in indices]  # before this round's outcomes are recorded
-                outcomes = world.generate(indices)
-                history.record(indices, outcomes, upper=world.last_correct, scorable=[G] * len(indices))
+                outcomes, correct = world.generate(indices)
+                history.record(indices, outcomes, upper=correct, scorable=[G] * len(indices))
                 planner.observe_groups(strata, [outcome == GroupOutcome.INFORMATIVE for outcome in outcomes])
                 kept += informative_count(outcomes)
                 generated += len(indices)
