@@ -169,15 +169,20 @@ def informative_count(outcomes: list[GroupOutcome]) -> int:
     return sum(outcome == GroupOutcome.INFORMATIVE for outcome in outcomes)
 
 
+def confidence_of(strategy: str, args: argparse.Namespace) -> float:
+    """The planner's confidence in a strategy: ``"planner @0.99"`` names its own, the others use ``--confidence``."""
+    return float(strategy.split("@")[1]) if "@" in strategy else args.confidence
+
+
 def run(strategy: str, mix: Mix, p0: np.ndarray, args: argparse.Namespace, seed: int) -> Tally:
     target, G = args.groups, args.generations
     world = World(mix, p0, G, seed=seed + 1)
     batches = EpochStream(len(p0), seed=seed + 2)
     refill_stream = RefillSampler(len(p0), seed=seed + 3)
-    confidence = float(strategy.split("@")[1]) if "@" in strategy else args.confidence  # "planner @0.99"
-    planner = RefillPlanner(confidence=confidence, decay=args.decay)
+    planner = RefillPlanner(confidence=confidence_of(strategy, args), decay=args.decay)
     skipping = strategy == "planner+skip"
-    # The history remembers every prompt's last outcome: strata for the planner, and skips with planner+skip.
+    # The history remembers every prompt's outcomes and right-answer tally: strata for the planner, skips with
+    # planner+skip.
     history = PromptHistory(window=args.window, floor=args.floor, seed=seed, generations=G)
     stratified = strategy in ("planner", "planner+skip") or "@" in strategy
     tally = Tally()
@@ -387,7 +392,7 @@ def main() -> int:
         trade_off = []  # the planner at every confidence run: does any meet the three planner targets at once?
         for name, tally in by_strategy.items():
             if name == "planner" or "@" in name:
-                level = float(name.split("@")[1]) if "@" in name else args.confidence
+                level = confidence_of(name, args)
                 cut = 1 - tally.surplus / max(verl.surplus, 1)
                 meets = (
                     cost[name] <= cost["veRL recipe"] and cut >= 0.30 and np.mean(tally.rounds) <= np.mean(verl.rounds)

@@ -393,11 +393,8 @@ def test_the_batch_own_prompts_feed_the_history_and_the_planner_strata(make_mode
     index_of = {prompt: i for i, prompt in enumerate(dataset["prompt"])}
     history = trainer.prompt_history
     assert set(history.outcomes) == {index_of[p] for p in generated}
-    expected = {"right": "all_max", "wrong": "all_min", "varying": "informative"}
-    assert all(
-        history.outcomes[i][-1:] == {"all_max": "H", "all_min": "L", "informative": "I"}[expected[dataset[i]["kind"]]]
-        for i in history.outcomes
-    )
+    last_code = {"right": "H", "wrong": "L", "varying": "I"}  # all right, all wrong, informative
+    assert all(history.outcomes[i][-1:] == last_code[dataset[i]["kind"]] for i in history.outcomes)
     # Every generated prompt has a tally of its completions (upper half of the reward range vs lower), and the
     # prediction built on it separates the varying prompts from the constant ones.
     assert set(history.tallies) == set(history.outcomes)
@@ -410,7 +407,7 @@ def test_the_batch_own_prompts_feed_the_history_and_the_planner_strata(make_mode
     assert min(varying) > 0.5 > max(constant)
     # The planner learnt a rate per stratum (prediction bucket): high where the varying prompts are, 0 elsewhere.
     planner = trainer.refill_planner
-    by_kind = {kind: {history.stratum(i) for i in history.tallies if dataset[i]["kind"] == kind} for kind in expected}
+    by_kind = {kind: {history.stratum(i) for i in history.tallies if dataset[i]["kind"] == kind} for kind in last_code}
     assert "unseen" in planner.estimates and set().union(*by_kind.values()) <= set(planner.estimates)
     assert not by_kind["varying"] & (by_kind["right"] | by_kind["wrong"])
     assert min(planner.expected_retention(s) for s in by_kind["varying"]) > 0.5
