@@ -59,11 +59,15 @@ def main(output_dir: str) -> None:
     }
     with open(os.path.join(output_dir, f"rank{rank}.json"), "w") as handle:
         json.dump(report, handle)
-    # Tear the process group down explicitly: left to interpreter exit, gloo's threads can abort the process
-    # ("terminate called without an active exception") after all the work is done.
+    # Tear the process group down explicitly, then leave without the interpreter's teardown: left to it, gloo's
+    # threads can abort the process ("terminate called without an active exception") after all the work is done and
+    # the report is written. Seen twice in CI under TRL 1.15 even with destroy_process_group, so exit directly.
     trainer.accelerator.wait_for_everyone()
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
