@@ -302,7 +302,14 @@ TRL_METRICS: tuple[Metric, ...] = (
     Metric("grad_norm", "gradient norm before clipping", "finite, no spikes"),
 )
 
-OUR_PREFIXES: tuple[str, ...] = ("groups/", "length/", "cost/", "time/", "dynamic_sampling/", "rewards/overlong_penalty/")
+OUR_PREFIXES: tuple[str, ...] = (
+    "groups/",
+    "length/",
+    "cost/",
+    "time/",
+    "dynamic_sampling/",
+    "rewards/overlong_penalty/",
+)
 
 ALL_METRICS: tuple[Metric, ...] = tuple(m for section in SECTIONS for m in section.metrics)
 
@@ -355,7 +362,13 @@ def render_markdown() -> str:
     for section in SECTIONS:
         lines += ["", f"## {section.title}", "", f"Logged with `{section.switch}`. {section.intro}", ""]
         lines += _table(section.metrics, with_condition=True)
-    lines += ["", "## TRL's own metrics that matter here", "", "Logged by TRL itself; listed for their healthy range.", ""]
+    lines += [
+        "",
+        "## TRL's own metrics that matter here",
+        "",
+        "Logged by TRL itself; listed for their healthy range.",
+        "",
+    ]
     lines += _table(TRL_METRICS, with_condition=False)
     return "\n".join(lines) + "\n"
 
