@@ -76,4 +76,6 @@ def test_links_to_the_repository_use_its_one_declared_home():
     found = {(str(path.relative_to(ROOT)), repo) for path in files for repo in link.findall(path.read_text())}
     assert any(path == "README.md" for path, _ in found)  # the README's Colab links are seen
     stale = sorted((path, repo) for path, repo in found if repo != home)
-    assert not stale, f"links to another home than pyproject's {url}: {stale}"
+    fix = " ".join(f"-e 's|{repo}|{home}|g'" for repo in sorted({repo for _, repo in stale}))
+    files_to_fix = " ".join(sorted({path for path, _ in stale}))
+    assert not stale, f"links to another home than pyproject's {url}: {stale}; fix: sed -i {fix} {files_to_fix}"

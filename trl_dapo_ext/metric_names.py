@@ -66,7 +66,9 @@ SECTIONS: tuple[Section, ...] = (
         "`groups/`: is the batch still informative?",
         "diagnostics",
         "Computed over every group attempted in the step (with dynamic sampling: all rounds, kept or discarded). "
-        "The three `frac_*` values are fractions of the groups with at least one scorable member and sum to 1.",
+        "The three `frac_*` values are fractions of the groups with at least one scorable member and sum to 1. "
+        "`1 - groups/frac_mixed` equals TRL's `frac_reward_zero_std` only when every completion is scorable, the "
+        'overlong penalty is off and `scale_rewards` is not `"batch"` (TRL tests the summed, shaped reward).',
         (
             Metric(
                 "groups/frac_mixed",
