@@ -362,7 +362,10 @@ def render_markdown() -> str:
         "range (see [Recipes](recipes.md#the-report)).",
     ]
     for section in SECTIONS:
-        lines += ["", f"## {section.title}", "", f"Logged with `{section.switch}`. {section.intro}", ""]
+        switch = (
+            f"`{section.switch}` set" if section.switch == "overlong_buffer_length" else f"`{section.switch}=True`"
+        )
+        lines += ["", f"## {section.title}", "", f"Logged with {switch}. {section.intro}", ""]
         lines += _table(section.metrics, with_condition=True)
     lines += [
         "",
