@@ -24,6 +24,7 @@ from datasets import Dataset
 from helpers import grpo_kwargs
 
 from trl_dapo_ext import DAPOConfig, DAPOTrainer, group_advantages
+from trl_dapo_ext.filtering import informative_groups
 
 ROOT = Path(__file__).resolve().parents[1]
 G = 4
@@ -229,3 +230,135 @@ def test_k3_kl_is_0_193_where_the_forward_kl_is_0_693(make_model, tokenizer, tmp
     assert round(per_token_kl, 3) == 0.193 and round(logged_kl, 3) == 0.193
     assert round(exact_forward_kl, 3) == 0.693
     assert exact_forward_kl - per_token_kl == pytest.approx(pi_ref[pi == 0].sum().item(), rel=1e-4)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The estimators in expectation, by exact enumeration of every sampled group
+# --------------------------------------------------------------------------------------------------------------------
+
+F64 = torch.float64
+# A non-uniform softmax policy over three responses with unequal rewards: no symmetry can hide a wrong factor.
+SKEWED = (torch.tensor([0.5, 0.3, 0.2], dtype=F64).log(), torch.tensor([0.0, 1.0, 10.0], dtype=F64))
+# The GRPO note's counterexample (seed 004, Sec. 3): uniform policy, rewards (0, 1, 10), G = 2.
+UNIFORM = (torch.zeros(3, dtype=F64), torch.tensor([0.0, 1.0, 10.0], dtype=F64))
+
+
+@pytest.mark.parametrize("num_generations", [2, 3, 4, 5])
+def test_group_mean_baseline_scales_the_reward_gradient_by_g_minus_one_over_g(num_generations):
+    # Seed 004, Sec. 2, proposition: E[(1/G) sum_i (R_i - mean R) S_i] = (G - 1) / G * grad V.
+    logits, rewards = SKEWED
+    estimate = estimators.expected_gradient(logits, rewards, num_generations, "grpo", "none")
+    truth = estimators.true_gradient(logits, rewards)
+    torch.testing.assert_close(estimate, (num_generations - 1) / num_generations * truth, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("num_generations", [2, 3, 4, 5])
+def test_leave_one_out_baseline_is_unbiased(num_generations):
+    # Seed 004, Sec. 2: the leave-one-out baseline is independent of Y_i, so E[(1/G) sum_i (R_i - b_-i) S_i] = grad V.
+    logits, rewards = SKEWED
+    estimate = estimators.expected_gradient(logits, rewards, num_generations, "loo", "none")
+    torch.testing.assert_close(estimate, estimators.true_gradient(logits, rewards), rtol=1e-12, atol=1e-12)
+
+
+def test_true_gradient_of_the_counterexample():
+    # grad V = pi * (r - V) with V = 11/3: (-11/9, -8/9, 19/9).
+    truth = estimators.true_gradient(*UNIFORM)
+    torch.testing.assert_close(truth, torch.tensor([-11 / 9, -8 / 9, 19 / 9], dtype=F64), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("std,scale", [("population", 1.0), ("sample", math.sqrt(1 / 2))])
+def test_group_standardisation_turns_the_gradient_by_24_79_degrees(std, scale):
+    # Seed 004, Sec. 3: with G = 2 every distinct pair gets advantages (-1, +1) (population std), each unordered pair
+    # has probability 2/9 and contributes (e_higher - e_lower) / 2, so E[g] = (-2/9, 0, 2/9): not a multiple of
+    # grad V = (-11/9, -8/9, 19/9). Divisor G - 1 (TRL's, reward_std="sample") multiplies the advantages by
+    # sqrt((G-1)/G) = 1/sqrt(2): a different scale, the same direction. The angle: acos(60 / sqrt(8 * 546)).
+    logits, rewards = UNIFORM
+    truth = estimators.true_gradient(logits, rewards)
+    estimate = estimators.expected_gradient(logits, rewards, 2, "grpo", "group", std=std, eps=0.0)
+    torch.testing.assert_close(estimate, scale * torch.tensor([-2 / 9, 0, 2 / 9], dtype=F64), rtol=1e-12, atol=1e-12)
+    _, angle = estimators.relation(estimate, truth)
+    assert angle == pytest.approx(math.degrees(math.acos(60 / math.sqrt(8 * 546))), abs=1e-9)
+    assert round(angle, 2) == 24.79
+    # With the trainer's stabiliser (std + 1e-4) the direction is the same to a hundredth of a degree.
+    _, trainer_angle = estimators.relation(
+        estimators.expected_gradient(logits, rewards, 2, "grpo", "group", std=std), truth
+    )
+    assert trainer_angle == pytest.approx(angle, abs=0.01)
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "loo"])
+@pytest.mark.parametrize("num_generations", [2, 3, 4])
+def test_binary_rewards_keep_one_prompts_gradient_direction_under_standardisation(estimator, num_generations):
+    # With two reward levels every score term points along mu_right - mu_wrong, the direction of grad V, so for one
+    # prompt standardising only rescales (by a factor that depends on p): across prompts it reweights them.
+    logits, rewards = torch.tensor([0.5, 0.3, 0.2], dtype=F64).log(), torch.tensor([1.0, 0.0, 0.0], dtype=F64)
+    for std in ("sample", "population"):
+        estimate = estimators.expected_gradient(logits, rewards, num_generations, estimator, "group", std=std)
+        factor, angle = estimators.relation(estimate, estimators.true_gradient(logits, rewards))
+        assert angle < 1e-5 and factor > 0
+
+
+@pytest.mark.parametrize("num_generations", [2, 4, 8, 16])
+def test_mixed_group_probability_is_one_minus_p_to_the_g_minus_q_to_the_g(num_generations):
+    # Seed 004, Sec. 3: P(0 < C < G) = 1 - p^G - (1 - p)^G, here from all 2^G outcomes through the trainer's filter.
+    p = torch.linspace(0, 1, 41, dtype=F64)
+    enumerated = estimators.mixed_group_probability(p, num_generations)
+    torch.testing.assert_close(enumerated, 1 - p**num_generations - (1 - p) ** num_generations, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("num_generations", [2, 4, 8])
+def test_filter_keeps_exactly_the_groups_with_nonzero_advantages(num_generations):
+    # The dynamic-sampling filter and the estimators' zero-variance branch agree on every binary group.
+    outcomes = estimators.binary_outcomes(num_generations)
+    kept = informative_groups(outcomes.reshape(-1), num_generations)
+    for estimator in ("grpo", "loo"):
+        advantages = group_advantages(outcomes.reshape(-1), num_generations, estimator=estimator)
+        nonzero = advantages.view(-1, num_generations).abs().sum(dim=1) > 0
+        assert torch.equal(nonzero, kept)
+
+
+def test_dynamic_sampling_accepted_law_is_not_the_prompt_distribution():
+    # Seed 004, Sec. 8: accepted law rho(x) a(x) / sum rho a with a(x) = 1 - p^G - (1-p)^G; prompts with a = 0 never
+    # enter, and inside a retained group the members are neither distributed as p nor independent.
+    success, G = (0.0, 0.02, 0.1, 0.5, 0.9, 1.0), 8
+    rho = (0.3, 0.2, 0.2, 0.1, 0.1, 0.1)
+    law = estimators.accepted_law(success, rho, G)
+    p, rho_t = torch.tensor(success, dtype=F64), torch.tensor(rho, dtype=F64)
+    acceptance = 1 - p**G - (1 - p) ** G
+    torch.testing.assert_close(law["acceptance"], acceptance, rtol=0, atol=1e-12)
+    torch.testing.assert_close(law["accepted"], rho_t * acceptance / (rho_t * acceptance).sum(), rtol=0, atol=1e-12)
+    assert law["accepted"][0] == 0 and law["accepted"][-1] == 0
+    assert 0.5 * (law["accepted"] - rho_t).abs().sum() > 0.3  # total variation from the dataset's law
+    inside = slice(1, -1)
+    # E[C/G | 0 < C < G] = (p - p^G) / a and P(Y_1, Y_2 right | 0 < C < G) = (p^2 - p^G) / a.
+    pi, ai = p[inside], acceptance[inside]
+    torch.testing.assert_close(law["accepted_success"][inside], (pi - pi**G) / ai, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(law["pair_success"][inside], (pi**2 - pi**G) / ai, rtol=1e-12, atol=1e-12)
+    assert law["accepted_success"][1] > 6 * success[1]  # a 2% prompt is right 13% of the time in retained groups
+    assert torch.all((law["pair_success"][inside] - law["accepted_success"][inside] ** 2).abs() > 1e-3)
+
+
+@pytest.mark.parametrize("estimator,scale", [("grpo", "none"), ("loo", "none"), ("grpo", "group"), ("loo", "group")])
+def test_filtering_rescales_each_prompts_update_by_its_acceptance(estimator, scale):
+    # Zero-variance groups already contribute nothing, so E[g | kept] = E[g] / a(x): per prompt, dynamic sampling
+    # changes the update's size (and with it the mix over prompts, rho -> accepted law), not its direction.
+    logits, rewards = SKEWED
+    for G in (2, 3):
+        unconditional = estimators.expected_gradient(logits, rewards, G, estimator, scale)
+        kept = estimators.expected_gradient(logits, rewards, G, estimator, scale, informative_only=True)
+        probabilities = logits.exp()
+        acceptance = 1 - (probabilities**G).sum()  # a group is kept unless all G draws are the same response
+        torch.testing.assert_close(kept * acceptance, unconditional, rtol=1e-10, atol=1e-12)
+
+
+def test_estimators_page_tables_are_current():
+    # The generated part of docs/estimators.md must be what docs/scripts/estimators.py computes now.
+    page = estimators.PAGE_PATH.read_text()
+    assert estimators.updated_page(page) == page, "docs/estimators.md is stale: run python docs/scripts/estimators.py"
+
+
+def test_mixed_group_plot_is_drawn(tmp_path):
+    assert estimators.PLOT_PATH.exists(), "docs/estimators_mixed_groups.png is missing: run docs/scripts/estimators.py"
+    target = tmp_path / "mixed.png"
+    estimators.draw_plot(target)
+    assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
