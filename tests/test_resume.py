@@ -42,6 +42,13 @@ def steering_state(trainer) -> dict:
     return {**trainer.dynamic_sampling_state(), "reward_range": list(trainer._reward_range)}
 
 
+def after_checkpoint(trainer, step: int = 2) -> list[dict]:
+    """The refill counters and TRL's reward metrics logged after ``step`` (the timings differ run to run)."""
+    shared = ("dynamic_sampling/", "reward", "rewards/", "completions/", "frac_reward_zero_std")
+    logs = [h for h in ds_logs(trainer) if h["step"] > step]
+    return [{"step": h["step"], **{k: v for k, v in h.items() if k.startswith(shared)}} for h in logs]
+
+
 def test_resume_is_exact_with_the_default_planner_and_history_skipping(make_model, tokenizer, tmp_path):
     # No always-wrong prompt: the lowest reward seen keeps moving, so a reward range that restarts changes the
     # prompt history's tallies and with them the planner's strata and round sizes.
@@ -58,7 +65,7 @@ def test_resume_is_exact_with_the_default_planner_and_history_skipping(make_mode
     resumed.train(resume_from_checkpoint=str(checkpoint))
 
     assert resumed_takes == [take for take in full_takes if take[0] >= 2]
-    assert ds_logs(resumed) == ds_logs(full)[2:]
+    assert after_checkpoint(resumed) == after_checkpoint(full)
     assert steering_state(resumed) == steering_state(full)
 
 

@@ -38,14 +38,6 @@ def test_unknown_argument_is_refused_like_trl(make_model, tokenizer, prompt_data
         DAPOTrainer(make_model(), digit_fraction_reward, args, prompt_dataset, no_such_argument=1)
 
 
-def test_default_args_are_a_dapo_config(make_model, tokenizer, prompt_dataset, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # TRL's default output_dir is relative
-    model = make_model()
-    trainer = DAPOTrainer(model, digit_fraction_reward, train_dataset=prompt_dataset, processing_class=tokenizer)
-    assert isinstance(trainer.args, DAPOConfig)
-    assert trainer.args.output_dir.endswith("-GRPO")
-
-
 # ---------------------------------------------------------------------------------------------------- peak memory
 
 
