@@ -9,17 +9,23 @@ import types
 import pytest
 
 import reward_funcs._sandbox as sb
-from reward_funcs import make_code_reward
 import reward_funcs.code_tests as ct
+from reward_funcs import make_code_reward
 
 SANDBOX_FAILURE_LIMIT = getattr(ct, "SANDBOX_FAILURE_LIMIT", 3)
-PROGRAMS = [f"```python\ndef f(x):\n    return x + {k}\n```" for k in range(2 * SANDBOX_FAILURE_LIMIT)]  # distinct: each is run
+PROGRAMS = [
+    f"```python\ndef f(x):\n    return x + {k}\n```" for k in range(2 * SANDBOX_FAILURE_LIMIT)
+]  # distinct: each is run
 TESTS = [f"assert f(1) == {1 + k}" for k in range(len(PROGRAMS))]  # every program passes its own test
 
 
 def _broken_launcher(backend, result_fd, site_packages):
     # The supervisor dies at start-up, as it does when `unshare` is refused or the interpreter cannot start.
-    return [sys.executable, "-c", "import sys; sys.stderr.write('unshare: unshare failed: Operation not permitted'); sys.exit(1)"]
+    return [
+        sys.executable,
+        "-c",
+        "import sys; sys.stderr.write('unshare: unshare failed: Operation not permitted'); sys.exit(1)",
+    ]
 
 
 def test_a_sandbox_that_cannot_run_code_raises_after_a_few_failures(monkeypatch):
@@ -29,7 +35,9 @@ def test_a_sandbox_that_cannot_run_code_raises_after_a_few_failures(monkeypatch)
     with pytest.raises(sb.SandboxUnavailable) as caught:
         reward(PROGRAMS, tests=TESTS)
     message = str(caught.value)
-    assert f"unit_tests: the code sandbox (backend {backend!r}) failed {SANDBOX_FAILURE_LIMIT} times in a row" in message
+    assert (
+        f"unit_tests: the code sandbox (backend {backend!r}) failed {SANDBOX_FAILURE_LIMIT} times in a row" in message
+    )
     assert "Operation not permitted" in message  # what failed
     assert "isolation=" in message and "docs/code_rewards.md" in message  # how to fix it
 
@@ -58,7 +66,9 @@ def no_namespaces(monkeypatch):
     """Namespaces fail their probe; the fallbacks work (nothing is actually run by the tests using this)."""
     monkeypatch.setattr(sb, "_backend_cache", {})
     monkeypatch.setattr(sb, "_fallback_reasons", {}, raising=False)
-    monkeypatch.setattr(sb, "_probe", lambda backend: "simulated: user namespaces disabled" if backend.startswith("ns") else "")
+    monkeypatch.setattr(
+        sb, "_probe", lambda backend: "simulated: user namespaces disabled" if backend.startswith("ns") else ""
+    )
 
 
 @pytest.mark.parametrize("euid, backend", [(0, "root"), (1000, "user")])
