@@ -45,6 +45,15 @@ def test_missing_or_reshaped_method_is_reported():
 def test_missing_attribute_is_reported():
     with pytest.raises(compat.TRLCompatibilityError, match="_metrics"):
         compat.check_private_attributes(object())
+    with pytest.raises(compat.TRLCompatibilityError, match="_tag_names"):
+        compat.check_private_class_attributes(object)
+
+
+def test_trl_helpers_are_checked(monkeypatch):
+    compat.check_trl_helpers()
+    monkeypatch.setattr(compat.trl_utils, "is_async_callable", lambda function: False)
+    with pytest.raises(compat.TRLCompatibilityError, match="is_async_callable"):
+        compat.check_trl_helpers()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -83,9 +92,9 @@ def test_every_private_trainer_name_the_package_touches_is_listed(make_model, to
     )
     trl_private = {name for name in dir(trl_trainer) if name.startswith("_") and not name.startswith("__")}
     touched = _private_names_used_by_the_package() & trl_private
-    listed = set(compat.PRIVATE_METHODS) | set(compat.PRIVATE_ATTRIBUTES)
+    listed = {*compat.PRIVATE_METHODS, *compat.PRIVATE_ATTRIBUTES, *compat.PRIVATE_CLASS_ATTRIBUTES}
     assert touched - listed == set(), "private TRL names used but not pinned in trl_dapo_ext/compat.py"
-    assert "_save_rng_state" in compat.PRIVATE_METHODS and "_tag_names" in compat.PRIVATE_ATTRIBUTES
+    assert "_save_rng_state" in compat.PRIVATE_METHODS and "_tag_names" in compat.PRIVATE_CLASS_ATTRIBUTES
 
 
 def test_trl_batch_keys_are_all_classified():

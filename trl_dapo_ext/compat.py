@@ -4,7 +4,8 @@ TRL has no public hook for advantages or dynamic sampling, so the subclass overr
 `GRPOTrainer` and reads some of its private state. Every such name is listed here and checked, so that a TRL release
 that renames or reshapes one fails loudly, with this module's name in the message, instead of training wrongly:
 
-* at import: the private methods (:data:`PRIVATE_METHODS`), TRL's internal helpers (:data:`TRL_HELPERS`), the
+* at import: the private methods (:data:`PRIVATE_METHODS`) and class attributes (:data:`PRIVATE_CLASS_ATTRIBUTES`),
+  TRL's internal helpers (:data:`TRL_HELPERS`), the
   keys of TRL's batch dict that `batch.py` re-pads (:func:`check_batch_keys`), the metrics that `batch_metrics.py`
   recomputes (:func:`check_recomputed_metrics`) and the progress bar that shows refill rounds
   (:func:`check_progress_bar`);
@@ -71,7 +72,11 @@ PRIVATE_ATTRIBUTES: tuple[str, ...] = (
     "_tokenizer",
     "eos_token_ids",
     "log_completions",
-    "_tag_names",  # class attribute, overridden to add the "dapo" model-card tag
+)
+
+# Private class attributes of GRPOTrainer that DAPOTrainer overrides.
+PRIVATE_CLASS_ATTRIBUTES: tuple[str, ...] = (
+    "_tag_names",  # the model card's tags: DAPOTrainer adds "dapo"
 )
 
 # Keys of GRPOTrainer._logs (the completions table) that dynamic sampling rebuilds for the update batch.
@@ -101,6 +106,16 @@ def check_private_methods(trainer_class: type = GRPOTrainer) -> None:
                 f"trl {trl.__version__}: GRPOTrainer.{name}{found} differs from the pinned {expected}; "
                 "trl_dapo_ext must be updated for this TRL release (see trl_dapo_ext/compat.py)."
             )
+
+
+def check_private_class_attributes(trainer_class: type = GRPOTrainer) -> None:
+    """Raise `TRLCompatibilityError` if GRPOTrainer lacks a class attribute that DAPOTrainer overrides."""
+    missing = [name for name in PRIVATE_CLASS_ATTRIBUTES if not hasattr(trainer_class, name)]
+    if missing:
+        raise TRLCompatibilityError(
+            f"trl {trl.__version__}: GRPOTrainer has no {missing}; trl_dapo_ext must be updated for this TRL "
+            "release (see trl_dapo_ext/compat.py)."
+        )
 
 
 def check_trl_helpers() -> None:
@@ -256,6 +271,7 @@ def warn_if_untested() -> None:
 
 
 check_private_methods()
+check_private_class_attributes()
 check_trl_helpers()
 check_batch_keys()
 check_recomputed_metrics()
