@@ -115,6 +115,17 @@ def test_a_raising_reward_function_is_named_with_the_step(make_model, tokenizer,
     assert isinstance(caught.value.__cause__, KeyError)
 
 
+def test_a_raising_async_reward_function_is_named_too(make_model, tokenizer, prompt_dataset, tmp_path):
+    async def async_reward(completions, **kwargs):
+        raise ValueError("judge unreachable")
+
+    trainer = build(make_model, tokenizer, prompt_dataset, tmp_path, reward=async_reward)
+    with pytest.raises(RewardFunctionError, match="'async_reward' raised at training step 1: ValueError") as caught:
+        trainer.train()
+    assert isinstance(caught.value.__cause__, ValueError)
+    assert trainer.reward_funcs == [async_reward]  # the guard is in place only while the rewards are computed
+
+
 @pytest.mark.parametrize("error", [RuntimeError("NCCL watchdog timeout"), torch.OutOfMemoryError("CUDA OOM")])
 def test_other_errors_in_reward_computation_pass_through(
     make_model, tokenizer, prompt_dataset, tmp_path, monkeypatch, error
