@@ -537,7 +537,7 @@ class CodeReward:
             f"completion can be scored (training would go on with every advantage zero). Last failure: "
             f"{type(error).__name__}: {error}. Check what the sandbox needs: `unshare` (util-linux) and user "
             "namespaces for the namespace backends, room under the process limit (ulimit -u) and free space in "
-            f"{tempfile.gettempdir()}; see docs/code_rewards.md. isolation='rlimits' runs without namespaces "
+            f"{tempfile.gettempdir()}; see docs/code-sandbox.md. isolation='rlimits' runs without namespaces "
             "(weaker isolation)."
         ) from error
 

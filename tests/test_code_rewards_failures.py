@@ -39,7 +39,7 @@ def test_a_sandbox_that_cannot_run_code_raises_after_a_few_failures(monkeypatch)
         f"unit_tests: the code sandbox (backend {backend!r}) failed {SANDBOX_FAILURE_LIMIT} times in a row" in message
     )
     assert "Operation not permitted" in message  # what failed
-    assert "isolation=" in message and "docs/code_rewards.md" in message  # how to fix it
+    assert "isolation=" in message and "docs/code-sandbox.md" in message  # how to fix it
 
 
 def test_an_isolated_failure_is_no_verdict_and_a_success_resets_the_count(monkeypatch):
