@@ -13,6 +13,8 @@ Overridden `GRPOTrainer` methods (pinned in `compat.py`) and why:
   the batch is full or the round budget is spent; then advantages, ``num_items_in_batch`` and TRL's batch metrics are
   recomputed on the batch actually trained on. That loop, the refill stream and the batch assembly live in
   `dynamic_sampling.DynamicSamplingMixin`.
+* ``compute_loss``: with dynamic sampling, calls ``super()`` and, for a micro-batch without a single loss token
+  (only masked fill groups), turns TRL's token-mean metrics (``entropy``, clip ratios) into NaN: TRL would log 0.
 * ``train``: restores the refill stream, the round planner and the prompt history when resuming from a checkpoint.
 * ``_generate``, ``_prepare_inputs``, ``training_step``: each calls ``super()`` inside a section of the step timer
   (``diagnostics=True``: the ``time/`` split); without diagnostics the timer is a no-op.
@@ -38,7 +40,16 @@ from trl.trainer.utils import get_config_model_id
 from . import compat
 from .advantages import combine_rewards, group_advantages, normalize_then_sum_advantages
 from .config import DAPOConfig, as_dapo_config
-from .diagnostics import StepTimer, generation_cost, group_metrics, length_metrics, peak_memory_gb, token_metrics
+from .diagnostics import (
+    TOKEN_MEAN_METRICS,
+    StepTimer,
+    blank_token_means,
+    generation_cost,
+    group_metrics,
+    length_metrics,
+    peak_memory_gb,
+    token_metrics,
+)
 from .dynamic_sampling import (  # noqa: F401  (re-exported: the public names users import from here)
     PROMPT_INDEX_COLUMN,
     REFILL_STATE_FILE,
@@ -110,10 +121,17 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
             with self._timed("reward"):
                 rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         except Exception as error:
+            # A ValueError says what is wrong with the input (e.g. reward_funcs' missing-column error); any other
+            # exception is a bug in the function, or a completion it cannot score.
+            advice = (
+                ""
+                if isinstance(error, ValueError)
+                else " Fix the function, or return None for completions it cannot score (TRL leaves those out of "
+                "the advantages)."
+            )
             raise RewardFunctionError(
-                f"a reward function raised at step {self.state.global_step} (reward functions: "
-                f"{self.reward_func_names}): {type(error).__name__}: {error}. Fix the function, or return None for "
-                "completions it cannot score (TRL leaves those out of the advantages)."
+                f"a reward function raised at step {self.state.global_step + 1} (reward functions: "
+                f"{self.reward_func_names}): {type(error).__name__}: {str(error).rstrip('.')}.{advice}"
             ) from error
         self._last_round = _Round(rewards_per_func=rewards_per_func, completion_ids=completion_ids_list)
         return rewards_per_func
@@ -155,6 +173,17 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
         # Rollout work that is neither generation nor reward: log-prob passes, padding, batch assembly.
         with self._timed("scoring"):
             return super()._prepare_inputs(generation_batch)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if not self.args.dynamic_sampling:  # only dynamic sampling's fill groups can leave no loss token
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        metrics = self._metrics["train" if self.model.training else "eval"]
+        marks = {key: len(metrics[key]) for key in TOKEN_MEAN_METRICS if key in metrics}
+        loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        loss_mask = inputs["completion_mask"] * inputs.get("tool_mask", 1)
+        if int(self.accelerator.gather(loss_mask.sum().reshape(1)).sum()) == 0:  # no loss token on any process
+            blank_token_means(metrics, marks)
+        return loss
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         with self._timed("update"):  # forward and backward; nested rollout sections are charged to themselves
