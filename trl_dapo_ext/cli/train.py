@@ -221,9 +221,9 @@ def _unknown_key_error(keys: list[str], source: str) -> TrainError:
         close = difflib.get_close_matches(key, known, n=1, cutoff=0.75)
         hint = f" (did you mean {dashes}{close[0]}?)" if close else ""
         parts.append(f"{dashes}{key}{hint}")
-    noun = "key" if len(keys) == 1 else "keys"
+    noun = {"recipe": "recipe key", "flag": "flag"}[source] + ("" if len(keys) == 1 else "s")
     return TrainError(
-        f"unknown {source} {noun} {', '.join(parts)}: not a field of trl-dapo train, DAPOConfig, GRPOConfig or "
+        f"unknown {noun} {', '.join(parts)}: not a field of trl-dapo train, DAPOConfig, GRPOConfig or "
         "ModelConfig; trl-dapo train --help lists them all"
     )
 
