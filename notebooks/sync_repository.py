@@ -19,7 +19,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 _REPOSITORY_LINE = re.compile(r'^REPOSITORY = "[^"]*"', re.MULTILINE)
-_BADGE = re.compile(r"https://colab\.research\.google\.com/github/[^)\s]+?/blob/main/notebooks/(?P<name>[\w-]+\.ipynb)")
+_BADGE = re.compile(
+    r"https://colab\.research\.google\.com/github/[^)\s]+?/blob/main/notebooks/(?P<name>[\w-]+\.ipynb)"
+)
 
 
 def repository() -> str:

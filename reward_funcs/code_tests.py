@@ -580,9 +580,7 @@ def make_code_reward(
 _DEFAULT = CodeReward(partial_credit=False, max_workers=None, settings=_Settings(), name="code_reward")
 
 
-def code_reward(
-    completions: Sequence[Any], tests: Sequence[Any] | None = None, **kwargs: Any
-) -> list[float | None]:
+def code_reward(completions: Sequence[Any], tests: Sequence[Any] | None = None, **kwargs: Any) -> list[float | None]:
     """1.0 when the completion's code passes every test of its row, else 0.0 (None: row has no usable tests).
 
     >>> code_reward([[{"role": "assistant", "content": "```python\\nprint(int(input()) * 2)\\n```"}]],

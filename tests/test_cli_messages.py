@@ -162,7 +162,10 @@ def test_demo_ctrl_c_between_stages_says_what_exists(tmp_path, monkeypatch, caps
 
 @pytest.mark.parametrize(
     ("reward", "row", "flag"),
-    [("math_reward", {"prompt": "1+1=", "gold": "2"}, "--answer_column"), ("code_reward", {"prompt": "f"}, "--tests_column")],
+    [
+        ("math_reward", {"prompt": "1+1=", "gold": "2"}, "--answer_column"),
+        ("code_reward", {"prompt": "f"}, "--tests_column"),
+    ],
 )
 def test_train_checks_reward_columns_before_the_model_loads(
     reward, row, flag, tmp_path, tiny_model_dir, monkeypatch, capsys
@@ -170,7 +173,9 @@ def test_train_checks_reward_columns_before_the_model_loads(
     _no_model_loading(monkeypatch)
     data = _jsonl(tmp_path / "d.jsonl", [row] * 4)
     argv = ["--model_name_or_path", str(tiny_model_dir), "--dataset_name", str(data), "--reward_funcs", reward]
-    assert train_cli.main([*argv, "--use_chat_template", "false", "--output_dir", str(tmp_path / "o"), *CPU, *SHORT]) == 2
+    assert (
+        train_cli.main([*argv, "--use_chat_template", "false", "--output_dir", str(tmp_path / "o"), *CPU, *SHORT]) == 2
+    )
     err = capsys.readouterr().err
     (line,) = [line for line in err.splitlines() if line.startswith("trl-dapo train: error:")]
     assert f"{reward} needs" in line and flag in line
@@ -261,8 +266,12 @@ def test_zero_variance_split_adds_up_and_an_empty_batch_logs_no_entropy(make_mod
     logs = [h for h in trainer.state.log_history if "dynamic_sampling/rounds" in h]
     assert len(logs) == 2
     for entry in logs:
-        split = [entry[f"dynamic_sampling/{k}"] for k in ("all_max_groups", "all_min_groups", "other_zero_variance_groups")]
-        assert sum(split) == entry["dynamic_sampling/zero_variance_groups"] == entry["dynamic_sampling/attempted_groups"]
+        split = [
+            entry[f"dynamic_sampling/{k}"] for k in ("all_max_groups", "all_min_groups", "other_zero_variance_groups")
+        ]
+        assert (
+            sum(split) == entry["dynamic_sampling/zero_variance_groups"] == entry["dynamic_sampling/attempted_groups"]
+        )
         assert entry["dynamic_sampling/filled_groups"] == 2
         assert entry.get("entropy") is None  # not 0.0: there was no token to measure it on
         assert entry.get("clip_ratio/region_mean") is None
@@ -308,7 +317,10 @@ def test_unknown_recipe_key_and_flag_get_did_you_mean(tmp_path, capsys):
     assert "add them to the dataclass" not in err
     assert train_cli.main(["--output_dir", "o", "--answr_column", "gold", "--lerning_rate", "1e-5", *CPU]) == 2
     err = capsys.readouterr().err
-    assert "unknown flags --answr_column (did you mean --answer_column?), " in err and "--lerning_rate (did you mean --learning_rate?)" in err
+    assert (
+        "unknown flags --answr_column (did you mean --answer_column?), " in err
+        and "--lerning_rate (did you mean --learning_rate?)" in err
+    )
 
 
 # ------------------------------------------------------------------------------------------- 6. start-up checks
@@ -430,4 +442,3 @@ def test_entropy_blanking_only_touches_values_of_the_empty_batch():
     assert logged["entropy"][0] == 1.0 and torch.isnan(torch.tensor(logged["entropy"][1]))
     assert torch.isnan(torch.tensor(logged["clip_ratio/high_mean"][0])) and logged["policy_loss"] == [0.1]
     assert "kl" not in logged  # a metric that was never logged is not created
-

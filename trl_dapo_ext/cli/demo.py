@@ -69,9 +69,13 @@ def main(argv: list[str] | None = None, prog: str = "trl-dapo demo") -> int:
         prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--output-dir", default=d.output_dir, help=f"where checkpoints, logs and report.png go (default {d.output_dir})"
+        "--output-dir",
+        default=d.output_dir,
+        help=f"where checkpoints, logs and report.png go (default {d.output_dir})",
     )
-    parser.add_argument("--seed", type=int, default=d.seed, help=f"seed of data, model and sampling (default {d.seed})")
+    parser.add_argument(
+        "--seed", type=int, default=d.seed, help=f"seed of data, model and sampling (default {d.seed})"
+    )
     parser.add_argument(
         "--steps", type=int, default=None, help=f"RL steps (default {d.rl_steps}; {q['rl_steps']} with --quick)"
     )

@@ -526,7 +526,8 @@ def train(script_args: TrainScriptArguments, training_args: DAPOConfig, model_ar
     except KeyboardInterrupt:
         raise RunInterrupted(
             f"interrupted after training, while saving into {training_args.output_dir}: the files there may be "
-            "incomplete", training_args.output_dir
+            "incomplete",
+            training_args.output_dir,
         ) from None
     summary = _summary(trainer, result, wall, model_args)
     if trainer.accelerator.is_main_process:
