@@ -145,7 +145,7 @@ HELP_DESCRIPTION = """\
 Train a model with DAPO/GRPO from a YAML recipe. Every option below is both a recipe key and a flag; flags
 override the recipe:
 
-  trl-dapo train --config recipes/tiny_cpu.yaml                    # a CPU run of a few seconds (see the recipe)
+  trl-dapo train --config recipes/tiny_cpu.yaml                    # the demo's tiny model, under a minute on a CPU
   trl-dapo train --config recipes/gsm8k_lora_1gpu.yaml --max_steps 20 --output_dir runs/try
 
 The options come in four groups: data and rewards (trl-dapo train's own), the DAPO extensions (DAPOConfig), the
@@ -494,10 +494,10 @@ def train(script_args: TrainScriptArguments, training_args: DAPOConfig, model_ar
 
     if not model_args.model_name_or_path:
         raise TrainError("model_name_or_path is required (a hub id or a local folder written by save_pretrained)")
+    reward_funcs = resolve_reward_funcs(script_args.reward_funcs)
     name = model_args.model_name_or_path
     if name.startswith((".", "/", "~")) and not Path(name).expanduser().exists():
         raise TrainError(f"model_name_or_path {name} does not exist")
-    reward_funcs = resolve_reward_funcs(script_args.reward_funcs)
     check_generation_backend(training_args)
     model_kwargs = model_loading_kwargs(model_args, training_args)
     check_context_length(model_args, training_args)
