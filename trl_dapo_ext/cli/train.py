@@ -20,6 +20,12 @@ Examples::
 Reward functions are chosen by name (`reward_funcs: [math_reward, math_format_reward]`); see `REWARD_FUNCS` for the
 names, or give a dotted import path (`my_package.rewards.my_reward`) as TRL's own `trl grpo` does.
 
+Before the model loads, the recipe is checked and every problem is one line (exit status 2): a misspelt key (with
+the closest known one), an unknown reward name, a dataset without the column a library reward grades against (and
+the `answer_column` / `tests_column` that maps it), `use_vllm` without vLLM, a `max_completion_length` beyond the
+model's context. Ctrl-C during training saves the model and trainer state in `output_dir/interrupted` and exits
+with status 130.
+
 After training the model (the LoRA adapter with `use_peft`) and `trainer_state.json` are saved in `output_dir`,
 with `train_summary.json` (steps, wall time, steps/s, peak GPU memory) and, when matplotlib is installed, the
 `trl-dapo report` dashboard (`report.png`, `report.txt`).
@@ -466,11 +472,14 @@ def check_context_length(model_args: ModelConfig, training_args: DAPOConfig) -> 
     """
     from transformers import AutoConfig
 
-    config = AutoConfig.from_pretrained(
-        model_args.model_name_or_path,
-        revision=model_args.model_revision,
-        trust_remote_code=training_args.trust_remote_code,
-    )
+    try:
+        config = AutoConfig.from_pretrained(
+            model_args.model_name_or_path,
+            revision=model_args.model_revision,
+            trust_remote_code=training_args.trust_remote_code,
+        )
+    except (OSError, ValueError):  # e.g. an adapter folder: loading the model will say what is wrong
+        return
     context = getattr(config, "max_position_embeddings", None)
     budget = training_args.max_completion_length
     if isinstance(context, int) and budget is not None and budget >= context:
