@@ -44,8 +44,8 @@ def save_interrupted(trainer: Any, folder: str) -> str:
     except KeyboardInterrupt:
         return f"interrupted again while saving: {folder} may be incomplete"
     return (
-        f"interrupted during step {step + 1}: the model after {step} completed steps and the trainer state are "
-        f"saved in {folder} (trl-dapo report {folder} draws its dashboard)"
+        f"interrupted during step {step + 1}: the model after {step} completed step{'' if step == 1 else 's'} and "
+        f"the trainer state are saved in {folder} (trl-dapo report {folder} draws its dashboard)"
     )
 
 
