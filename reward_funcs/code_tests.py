@@ -34,6 +34,7 @@ from typing import Any
 
 from . import _sandbox
 from ._assert_plan import UnsupportedTests, eval_simple, plan_asserts
+from ._columns import require_column
 from ._sandbox_child import decode_value, encode_value
 
 __all__ = [
@@ -147,13 +148,27 @@ def _parse_tests(tests: Any) -> tuple[str, Any]:
             pass
     if isinstance(tests, str):
         return "assert", tests
-    if isinstance(tests, (list, tuple)) and all(isinstance(t, str) for t in tests):
+    if isinstance(tests, (list, tuple)):
+        for position, item in enumerate(tests):
+            if not isinstance(item, str):
+                raise UnsupportedTests(
+                    f"a tests list must hold assert statements as strings (MBPP's test_list), but item {position} "
+                    f"is {_describe(item)}"
+                )
         return "assert", "\n".join(tests)  # MBPP's test_list
     if not isinstance(tests, dict):
-        raise UnsupportedTests(f"unsupported tests value of type {type(tests).__name__}")
+        raise UnsupportedTests(f"tests must be {_TEST_FORMATS}; got {_describe(tests)}")
     inputs, outputs = tests.get("inputs"), tests.get("outputs")
-    if not isinstance(inputs, list) or not isinstance(outputs, list) or len(inputs) != len(outputs):
-        raise UnsupportedTests("tests need 'inputs' and 'outputs' lists of equal length")
+    missing = [key for key, value in (("inputs", inputs), ("outputs", outputs)) if not isinstance(value, list)]
+    if missing:
+        raise UnsupportedTests(
+            f"a tests dict needs 'inputs' and 'outputs' lists; {' and '.join(repr(k) for k in missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} missing or not a list (keys present: {sorted(map(str, tests))})"
+        )
+    if len(inputs) != len(outputs):
+        raise UnsupportedTests(
+            f"a tests dict needs as many 'outputs' as 'inputs'; got {len(inputs)} inputs and {len(outputs)} outputs"
+        )
     if not inputs:
         raise UnsupportedTests("tests have no cases")
     fn = tests.get("fn_name")
@@ -164,6 +179,17 @@ def _parse_tests(tests: Any) -> tuple[str, Any]:
         return "\n".join(map(str, v)) + "\n" if isinstance(v, list) else str(v)
 
     return "stdio", ([as_text(i) for i in inputs], [as_text(o) for o in outputs])
+
+
+_TEST_FORMATS = (
+    "a string of assert statements, a list of such strings, or a dict with 'inputs' and 'outputs' lists "
+    "(a JSON string of one is accepted too)"
+)
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
 
 
 def _stdout_lines(text: str) -> list[str]:
@@ -451,6 +477,8 @@ def _make_settings(timeout_s, memory_mb, float_tol, isolation, limits: dict) -> 
 class CodeReward:
     """Picklable TRL reward function (see :func:`make_code_reward`)."""
 
+    columns = ("tests",)  # the dataset column it grades against
+
     def __init__(self, *, partial_credit: bool, max_workers: int | None, settings: _Settings, name: str) -> None:
         self.partial_credit = partial_credit
         self.max_workers = max_workers
@@ -502,8 +530,8 @@ class CodeReward:
     def __call__(
         self, completions: Sequence[Any], tests: Sequence[Any] | None = None, **kwargs: Any
     ) -> list[float | None]:
-        if tests is None:
-            raise TypeError(f"{self.__name__} needs a `tests` dataset column")
+        if tests is None:  # TRL passes columns by name: no `tests` column, no keyword
+            require_column(kwargs, self.columns, self.__name__, "the unit tests", option="tests_column")
         if len(tests) != len(completions):
             raise ValueError(f"{len(completions)} completions but {len(tests)} tests")
         entry = kwargs.get("entry_point") or [None] * len(completions)
@@ -604,7 +632,7 @@ def make_code_reward(
 _DEFAULT = CodeReward(partial_credit=False, max_workers=None, settings=_Settings(), name="code_reward")
 
 
-def code_reward(completions: Sequence[Any], tests: Sequence[Any], **kwargs: Any) -> list[float | None]:
+def code_reward(completions: Sequence[Any], tests: Sequence[Any] | None = None, **kwargs: Any) -> list[float | None]:
     """1.0 when the completion's code passes every test of its row, else 0.0 (None: row has no usable tests).
 
     >>> code_reward([[{"role": "assistant", "content": "```python\\nprint(int(input()) * 2)\\n```"}]],
@@ -612,3 +640,6 @@ def code_reward(completions: Sequence[Any], tests: Sequence[Any], **kwargs: Any)
     [1.0]
     """
     return _DEFAULT(completions, tests, **kwargs)
+
+
+code_reward.columns = CodeReward.columns

@@ -28,6 +28,7 @@ from functools import lru_cache
 
 from . import _math_extract as _ex
 from . import _math_normalize as _nz
+from ._columns import require_column
 from ._math_pool import _Task, _WorkerPool
 
 __all__ = [
@@ -49,8 +50,7 @@ answer always scores less than a correct one."""
 
 DEFAULT_TIMEOUT_S = 5.0
 DEFAULT_MEMORY_LIMIT_MB = 2048
-# Keyword arguments the trainer adds on its own; not dataset columns.
-_TRAINER_KWARGS = {"prompts", "completion_ids", "trainer_state", "log_extra", "log_metric", "environments"}
+GOLD_COLUMNS = ("answer", "solution")  # where math_reward finds the gold answer, in this order
 _VERDICT_CACHE_SIZE = 100_000
 _CACHEABLE_CHARS = 200
 _MAX_ROUNDS = 4
@@ -366,6 +366,8 @@ def answers_match(
 class MathReward:
     """Correctness reward for math answers (TRL reward-function signature). Build it with `make_math_reward`."""
 
+    columns = GOLD_COLUMNS  # the dataset columns it grades against (the first one present)
+
     def __init__(
         self,
         *,
@@ -390,7 +392,7 @@ class MathReward:
         )
 
     def __call__(self, completions: Sequence, **kwargs) -> list[float | None]:
-        golds = _gold_column(kwargs)
+        golds = _gold_column(kwargs, self.__name__)
         if len(golds) != len(completions):
             raise ValueError(f"got {len(completions)} completions but {len(golds)} gold answers")
         answers = [
@@ -408,15 +410,8 @@ class MathReward:
         return [None if v is None else float(v) for v in verdicts]
 
 
-def _gold_column(kwargs: dict) -> list:
-    for column in ("answer", "solution"):
-        if kwargs.get(column) is not None:
-            return list(kwargs[column])
-    present = sorted(k for k in kwargs if k not in _TRAINER_KWARGS)
-    raise ValueError(
-        "math_reward needs the gold answer in an `answer` or `solution` dataset column; "
-        f"columns present: {present if present else 'none'}"
-    )
+def _gold_column(kwargs: dict, name: str) -> list:
+    return require_column(kwargs, GOLD_COLUMNS, name, "the gold answer", option="answer_column")
 
 
 def make_math_reward(

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from reward_funcs import code_reward, extract_code, make_code_reward, run_code_tests
 from reward_funcs._assert_plan import UnsupportedTests, eval_simple, plan_asserts
+from reward_funcs._columns import MissingColumnError
 from reward_funcs._sandbox_child import NotPlainData, decode_value, encode_value
 from reward_funcs.code_tests import _completion_text, _parse_tests, stdout_matches, values_match
 
@@ -254,7 +255,7 @@ def test_reward_is_picklable_named_and_validates_columns():
     clone = pickle.loads(pickle.dumps(reward))
     assert clone.__name__ == "unit_tests" and clone.partial_credit
     assert code_reward.__name__ == "code_reward"
-    with pytest.raises(TypeError):
+    with pytest.raises(MissingColumnError, match="unit_tests needs the unit tests"):
         reward(["x"])
     with pytest.raises(ValueError):
         reward(["x", "y"], tests=["assert f(1) == 1"])

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+
 from trl_dapo_ext.notebook import LiveProgress, greedy_pass_at_1
 
 
@@ -45,3 +47,31 @@ def _check_pass_at_1(model, tokenizer):
     assert score == 3 / 5 and seen == answers[:5]  # every row scored once, in order, across batches
     assert model.training and tokenizer.padding_side == "right"
     assert greedy_pass_at_1(model, tokenizer, prompts[5:], reward, {"answer": ["a0"]}, max_new_tokens=2) == 1.0
+
+
+@pytest.mark.trainer
+@pytest.mark.parametrize("dynamic_sampling", [False, True])
+def test_completions_every_n_steps_logs_the_table_only_on_those_steps(
+    make_model, tokenizer, prompt_dataset, tmp_path, capsys, dynamic_sampling
+):
+    from helpers import digit_fraction_reward, grpo_kwargs
+
+    from trl_dapo_ext import DAPOConfig, DAPOTrainer
+    from trl_dapo_ext.notebook import CompletionsEvery
+
+    args = DAPOConfig(**grpo_kwargs(tmp_path, max_steps=5, log_completions=False, dynamic_sampling=dynamic_sampling))
+    trainer = DAPOTrainer(
+        model=make_model(), reward_funcs=digit_fraction_reward, args=args, train_dataset=prompt_dataset,
+        processing_class=tokenizer,
+    )  # fmt: skip
+    trainer.add_callback(CompletionsEvery(trainer, every=2))
+    trainer.train()
+    tables = sorted(path.name for path in (tmp_path / "completions").glob("*.parquet"))
+    # Steps 2 and 4, and the last step (5); not the others.
+    assert tables == ["completions_00002.parquet", "completions_00004.parquet", "completions_00005.parquet"]
+    import pandas as pd
+
+    table = pd.read_parquet(tmp_path / "completions" / "completions_00004.parquet")
+    assert len(table) == 8 and set(table["step"]) == {4}  # the batch of the step it is logged at
+    with pytest.raises(ValueError, match="every must be >= 1"):
+        CompletionsEvery(trainer, every=0)

@@ -10,8 +10,13 @@ log-probabilities on a CPU (tests/trl115_cpu_shim.py) cannot reach it; the noteb
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import json
 import os
+import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -39,9 +44,85 @@ def test_notebook_is_committed_clean_with_one_tiny_switch(name):
     # The install cell never touches the network in tiny mode.
     install = next(cell for cell in code if "pip" in cell.source)
     assert "if TINY or" in install.source
-    badge = f"https://colab.research.google.com/github/OWNER/trl-dapo-ext/blob/main/notebooks/{name}.ipynb"
-    assert badge in notebook.cells[0].source
     assert notebook.metadata["kernelspec"]["name"] == "python3"
+
+
+def _sync_module():
+    spec = importlib.util.spec_from_file_location("sync_repository", ROOT / "notebooks" / "sync_repository.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_one_repository_address_for_the_install_cell_and_the_badge(name):
+    sync = _sync_module()
+    repository = sync.repository()  # pyproject.toml, [project.urls] Repository: the one place to set it
+    notebook = _read(name)
+    install = next(cell for cell in notebook.cells if cell.cell_type == "code" and "pip" in cell.source)
+    assignments = re.findall(r'^REPOSITORY = "([^"]*)"', install.source, re.MULTILINE)
+    assert assignments == [repository]  # one variable, set once
+    assert "git+{REPOSITORY}" in install.source and "github.com" not in install.source.replace(repository, "")
+    badges = re.findall(
+        r"https://colab\.research\.google\.com/github/[^)\s]+", "".join(c.source for c in notebook.cells)
+    )
+    assert badges == [sync.colab_url(repository, f"{name}.ipynb")]
+    # The script that keeps them in step rewrites both from another address.
+    moved = sync.synced(install.source + "\n" + notebook.cells[0].source, "https://github.com/someone/fork")
+    assert 'REPOSITORY = "https://github.com/someone/fork"' in moved
+    assert (
+        sync.colab_url("https://github.com/someone/fork", f"{name}.ipynb") in moved and "github.com/OWNER" not in moved
+    )
+    assert sync.main(["--check"]) == 0
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_install_cell_installs_before_torch_and_stops_for_a_restart(name, monkeypatch, capsys):
+    install = next(cell for cell in _read(name).cells if cell.cell_type == "code" and "pip" in cell.source)
+    assert "import torch" not in install.source  # torch is imported by later cells, after the install
+    # A real address, past the placeholder check.
+    source = re.sub(
+        r'^REPOSITORY = "[^"]*"',
+        'REPOSITORY = "https://github.com/someone/trl-dapo-ext"',
+        install.source,
+        flags=re.MULTILINE,
+    )
+    calls = []
+    versions = {"torch": "2.9.0", "peft": "0.17.0"}
+
+    class Dist:
+        def __init__(self, name):
+            self.metadata, self.version = {"Name": name}, versions[name]
+
+    def fake_pip(command):
+        calls.append(command)
+        versions["torch"] = "2.13.0+vllm"  # vLLM's own torch build replaces the runtime's torch
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda module, *a: None)  # trl_dapo_ext not importable
+    monkeypatch.setattr(importlib.metadata, "distributions", lambda: [Dist(name) for name in versions])
+    monkeypatch.setattr(importlib.metadata, "packages_distributions", lambda: {"torch": ["torch"], "peft": ["peft"]})
+    monkeypatch.setattr(subprocess, "check_call", fake_pip)
+    monkeypatch.setattr(shutil, "which", lambda program: None)  # no GPU here: no vllm extra
+    with pytest.raises(SystemExit, match=r"already imported \(torch\): restart the runtime"):
+        exec(source, {"TINY": False})  # torch is imported in this process, as in a kernel that imported it
+    (command,) = calls
+    assert command[-1] == "trl-dapo-ext[quantization] @ git+https://github.com/someone/trl-dapo-ext"
+
+    # Nothing the kernel imported was replaced: no restart.
+    monkeypatch.setattr(subprocess, "check_call", lambda command: calls.append(command))
+    exec(source, {"TINY": False})
+    assert "installed trl-dapo-ext" in capsys.readouterr().out
+    # The placeholder address is refused with a sentence, not a failing git clone.
+    with pytest.raises(SystemExit, match="REPOSITORY is still the placeholder"):
+        exec(install.source, {"TINY": False})
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_completions_are_logged_every_n_steps_not_every_step(name):
+    code = "\n".join(cell.source for cell in _read(name).cells if cell.cell_type == "code")
+    assert "log_completions=True" not in code and "log_completions=False" in code
+    assert "trainer.add_callback(CompletionsEvery(trainer, every=COMPLETIONS_EVERY))" in code
+    assert re.search(r"^COMPLETIONS_EVERY = (\d+)", code, re.MULTILINE)[1] == "25"
 
 
 def _execute(name: str, workdir: Path):
@@ -98,3 +179,5 @@ def test_notebook_runs_end_to_end_in_tiny_mode(name, tmp_path, monkeypatch):
     report = output / "report.png"
     assert report.is_file() and report.stat().st_size > 10_000
     assert mime.count("image/png") >= 2  # the live reward curve and the inline report
+    # Tiny mode logs the completions table every 2 steps: once, at step 2 (not at every step).
+    assert sorted(path.name for path in (output / "completions").glob("*.parquet")) == ["completions_00002.parquet"]

@@ -31,7 +31,12 @@ def _plain(value):
 
 def test_recipes_exist():
     names = {path.name for path in RECIPES}
-    assert {"gsm8k_lora_1gpu.yaml", "gsm8k_qlora_t4.yaml", "multi_gpu_zero2_vllm_server.yaml"} <= names
+    assert {
+        "gsm8k_lora_1gpu.yaml",
+        "gsm8k_qlora_t4.yaml",
+        "multi_gpu_zero2_vllm_server.yaml",
+        "tiny_cpu.yaml",
+    } <= names
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda path: path.stem)
@@ -50,6 +55,9 @@ def test_recipe_parses_into_our_dataclasses(recipe):
     assert set(script_args.reward_funcs) <= set(train_cli.REWARD_FUNCS)
     assert training_args.dynamic_sampling and training_args.diagnostics
     assert training_args.epsilon_high == 0.28 and training_args.loss_type == "dapo"
+    if recipe.stem == "tiny_cpu":  # the demo's model (6-token completions: no room for an overlong buffer)
+        assert model_args.model_name_or_path == "runs/demo/final" and training_args.use_cpu
+        return
     assert training_args.overlong_buffer_length is not None
     assert model_args.model_name_or_path.startswith("Qwen/Qwen2.5-")
 

@@ -20,12 +20,15 @@ Metric groups (prefix: function):
 * ``length/``: :func:`length_metrics` (truncation, overlong buffer and penalty, accuracy before / after shaping)
 * ``cost/``:   :func:`token_metrics`, :func:`generation_cost`, :func:`peak_memory_gb`, :func:`allocated_memory_gb`
 * ``time/``:   :class:`StepTimer` and :func:`time_split`
+
+:func:`blank_token_means` keeps TRL's token-mean loss metrics (``entropy``, clip ratios) from logging 0 for a
+micro-batch without a single trained token (dynamic sampling's masked fill groups).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
 
 import torch
@@ -386,6 +389,39 @@ class StepTimer:
         if reset:
             self.reset()
         return result
+
+
+# ------------------------------------------------------------------------------------------ TRL's token-mean metrics
+
+# Metrics TRL's loss logs as a mean over the micro-batch's loss tokens, total / max(count, 1): with no loss token
+# (every group filled and masked) that is 0, which reads as "entropy collapsed" on a dashboard.
+TOKEN_MEAN_METRICS: tuple[str, ...] = (
+    "entropy",
+    "kl",
+    "clip_ratio/low_mean",
+    "clip_ratio/high_mean",
+    "clip_ratio/region_mean",
+    "cispo_clip_ratio",
+    "vespo/phi_seq_mean",
+)
+
+
+def blank_token_means(metrics: MutableMapping[str, list[float]], marks: Mapping[str, int]) -> None:
+    """Turn the token-mean values appended since ``marks`` (list lengths before the loss) into NaN.
+
+    Call it for a micro-batch whose loss counted no token anywhere. TRL's ``log`` averages ignoring NaN and writes
+    None when nothing is left, so such a batch logs no entropy instead of 0.
+
+    Example:
+        >>> logged = {"entropy": [1.2, 0.0], "policy_loss": [0.0]}
+        >>> blank_token_means(logged, {"entropy": 1})
+        >>> logged
+        {'entropy': [1.2, nan], 'policy_loss': [0.0]}
+    """
+    for key in TOKEN_MEAN_METRICS:
+        values = metrics.get(key)
+        if values is not None:
+            values[marks.get(key, 0) :] = [_NAN] * (len(values) - marks.get(key, 0))
 
 
 # ---------------------------------------------------------------------------------------------------------- helpers

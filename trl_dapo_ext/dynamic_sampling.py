@@ -256,11 +256,13 @@ class DynamicSamplingMixin:
         generated_ids: list[list[list[int]]] = []
         fill_candidates: list[tuple[tuple, _Part]] = []  # (priority key, one uninformative group)
         totals = torch.zeros(6, dtype=torch.long)  # global: attempted, informative, surplus, all_max, all_min, other
+        unscored = _Unscored.empty(len(self.reward_func_names))  # NaN/None rewards (global), to say why it stopped
         rows = inputs + self._refill_rows(first_refill, round_index=1)
         for round_index in range(1, max_rounds + 1):
             if self.log_completions:
                 self._logs = round_logs[round_index] = _empty_like(original_logs)
             output, record = self._scored_round(rows)
+            unscored.add(record.rewards_per_func, self.filter_reward_indices)
             local_count = len(rows)
             if args.diagnostics:
                 attempted_rewards.append(record.rewards_per_func)
@@ -336,9 +338,9 @@ class DynamicSamplingMixin:
         if int(retained_per_process.min()) < target:
             if args.dynamic_sampling_on_exhausted == "error":
                 raise DynamicSamplingExhausted(
-                    self._exhausted_message(round_index, totals, retained_per_process, target)
+                    self._exhausted_message(round_index, totals, retained_per_process, target, unscored)
                 )
-            self._warn_fill_once(round_index, retained_per_process, target)
+            self._warn_fill_once(round_index, retained_per_process, target, unscored)
         fillers = [part for _, part in fill_candidates[: max(missing, 0)]]
         if len(fillers) < missing:  # cannot happen: every attempted group is either kept or a candidate
             raise RuntimeError(f"dynamic sampling lost track of groups: {missing} missing, {len(fillers)} fillers")
@@ -491,8 +493,10 @@ class DynamicSamplingMixin:
             "dynamic_sampling/filled_groups": filled_global,
             "dynamic_sampling/retention_rate": retained / attempted if attempted else 0.0,
             "dynamic_sampling/generated_completions": attempted * self.num_generations,
+            # The zero-variance split, every bucket: all_max + all_min + other = zero_variance_groups.
             "dynamic_sampling/all_max_groups": all_max,
             "dynamic_sampling/all_min_groups": all_min,
+            "dynamic_sampling/other_zero_variance_groups": other,
         }
         if self.refill_planner is not None:
             metrics["dynamic_sampling/expected_retention"] = self.refill_planner.expected_retention()
@@ -549,24 +553,39 @@ class DynamicSamplingMixin:
             if bar is not None:
                 bar.set_postfix_str(text, refresh=True)
 
-    def _exhausted_message(self, rounds: int, totals: torch.Tensor, retained_per_process, target: int) -> str:
+    def _exhausted_message(
+        self, rounds: int, totals: torch.Tensor, retained_per_process, target: int, unscored: _Unscored
+    ) -> str:
         attempted, informative = int(totals[0]), int(totals[1])
+        where = f"dynamic sampling spent its budget of {rounds} generation rounds at step {self.state.global_step + 1}"
+        if unscored.scorable == 0:
+            return (
+                f"{where}: 0 scorable completions, your reward returned NaN/None for all {unscored.rows} "
+                f"({unscored.describe(self.reward_func_names)}), so no group can be informative. A reward returns "
+                "None for a completion it cannot score: check that the dataset column it reads holds what it expects "
+                "(see the warnings it printed)."
+            )
         return (
-            f"dynamic sampling spent its budget of {rounds} generation rounds at step {self.state.global_step}: "
-            f"{attempted} prompt groups attempted, {informative} informative, retained per process "
-            f"{retained_per_process.tolist()} of {target} needed. Raise dynamic_sampling_max_rounds "
-            "(or dynamic_sampling_max_groups_per_step), use prompts of mixed difficulty, or set "
-            "dynamic_sampling_on_exhausted='fill' to train on a partly filled batch."
+            f"{where}: {attempted} prompt groups attempted, {informative} informative, retained per process "
+            f"{retained_per_process.tolist()} of {target} needed{unscored.note(self.reward_func_names)}. Raise "
+            "dynamic_sampling_max_rounds (or dynamic_sampling_max_groups_per_step), use prompts of mixed "
+            "difficulty, or set dynamic_sampling_on_exhausted='fill' to train on a partly filled batch."
         )
 
-    def _warn_fill_once(self, rounds: int, retained_per_process, target: int) -> None:
+    def _warn_fill_once(self, rounds: int, retained_per_process, target: int, unscored: _Unscored) -> None:
         if self._warned_fill:
             return
         self._warned_fill = True
+        cause = (
+            f" Every reward was NaN/None ({unscored.describe(self.reward_func_names)}): check the reward function "
+            "and the dataset column it reads."
+            if unscored.scorable == 0
+            else ""
+        )
         warnings.warn(
             f"dynamic sampling: after {rounds} rounds only {retained_per_process.tolist()} of {target} informative "
             "groups per process were found; the batch is completed with uninformative groups masked out of the loss "
-            "(counted in dynamic_sampling/filled_groups). Warned once per run.",
+            f"(counted in dynamic_sampling/filled_groups).{cause} Warned once per run.",
             stacklevel=2,
         )
 
@@ -610,6 +629,34 @@ class DynamicSamplingMixin:
     def load_dynamic_sampling_state_file(self, path: str) -> None:
         with open(path) as handle:
             self.load_dynamic_sampling_state(json.load(handle))
+
+
+@dataclass
+class _Unscored:
+    """NaN/None rewards of one optimizer batch's rounds (gathered rows): per reward function, and for the filter."""
+
+    per_func: torch.Tensor  # (n_funcs,) rows whose reward is NaN
+    rows: int = 0
+    scorable: int = 0  # rows whose filter reward is not NaN
+
+    @classmethod
+    def empty(cls, num_funcs: int) -> _Unscored:
+        return cls(per_func=torch.zeros(num_funcs, dtype=torch.long))
+
+    def add(self, rewards_per_func: torch.Tensor, filter_indices: list[int]) -> None:
+        nan = torch.isnan(rewards_per_func).cpu()
+        self.per_func += nan.sum(dim=0)
+        self.rows += nan.shape[0]
+        # A row counts for the filter when any filter reward scored it (combine_rewards ignores NaN terms).
+        self.scorable += int((~nan[:, filter_indices]).any(dim=1).sum())
+
+    def describe(self, names: list[str]) -> str:
+        """``math_reward: 128 of 128 NaN/None, ...`` for the functions that returned any."""
+        counts = [(name, int(count)) for name, count in zip(names, self.per_func.tolist()) if count]
+        return ", ".join(f"{name}: {count} of {self.rows} NaN/None" for name, count in counts) or "none NaN"
+
+    def note(self, names: list[str]) -> str:
+        return f" (NaN/None rewards: {self.describe(names)})" if int(self.per_func.sum()) else ""
 
 
 def _empty_like(logs: dict[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Helpers for the Colab notebooks (`notebooks/*.ipynb`): live training progress and greedy pass@1.
+"""Helpers for the Colab notebooks (`notebooks/*.ipynb`): live progress, completions every N steps, greedy pass@1.
 
 Kept in the package (not in the notebooks) so both notebooks share one tested copy.
 
@@ -10,6 +10,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -105,6 +106,36 @@ class LiveProgress(TrainerCallback):
             self._handle = display(image, display_id=True)
         else:
             self._handle.update(image)
+
+
+class CompletionsEvery(TrainerCallback):
+    """Log TRL's completions table (printed, and ``completions/*.parquet`` for the report) every ``every`` steps.
+
+    TRL's ``log_completions=True`` prints the whole table at every logging step, which buries a notebook's output.
+    This callback switches the trainer's flag on for every ``every``-th step (and the last) only; train with
+    ``log_completions=False`` and ``logging_steps`` dividing ``every``.
+
+    >>> trainer = DAPOTrainer(..., args=DAPOConfig(..., log_completions=False))  # doctest: +SKIP
+    >>> trainer.add_callback(CompletionsEvery(trainer, every=25))  # doctest: +SKIP
+    """
+
+    def __init__(self, trainer: Any, every: int = 25) -> None:
+        if every < 1:
+            raise ValueError(f"every must be >= 1, got {every}")
+        self.trainer = trainer
+        self.every = every
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        # TRL makes the folder only when log_completions is on at construction.
+        if state.is_world_process_zero:
+            os.makedirs(os.path.join(args.output_dir, "completions"), exist_ok=True)
+        return control
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        # Set before the step generates, so dynamic sampling keeps the rows of the batch it assembles.
+        step = state.global_step + 1  # the step about to run; its log() reads the flag at the end
+        self.trainer.log_completions = step % self.every == 0 or step == state.max_steps
+        return control
 
 
 def greedy_pass_at_1(

@@ -17,6 +17,8 @@ Overridden `GRPOTrainer` methods (pinned in `compat.py`) and why:
 * ``_save_rng_state`` / ``train``: every process writes the state that steers refill (stream position, planner
   estimates, reward range, prompt history) beside its RNG state in each checkpoint; ``train`` restores it when
   resuming.
+* ``compute_loss``: with dynamic sampling, calls ``super()`` and, for a micro-batch without a single loss token
+  (only masked fill groups), turns TRL's token-mean metrics (``entropy``, clip ratios) into NaN: TRL would log 0.
 * ``_generate``, ``_prepare_inputs``, ``training_step``: each calls ``super()`` inside a section of the step timer
   (``diagnostics=True``: the ``time/`` split); without diagnostics the timer is a no-op.
 
@@ -41,8 +43,10 @@ from . import compat
 from .advantages import combine_rewards, group_advantages, normalize_then_sum_advantages
 from .config import DAPOConfig, as_dapo_config
 from .diagnostics import (
+    TOKEN_MEAN_METRICS,
     StepTimer,
     allocated_memory_gb,
+    blank_token_means,
     generation_cost,
     group_metrics,
     length_metrics,
@@ -153,9 +157,16 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
                 if self.model.training
                 else f"evaluation after training step {self.state.global_step}"
             )
+            # A ValueError says what is wrong with the input (e.g. reward_funcs' missing-column error); any other
+            # exception is a bug in the function, or a completion it cannot score.
+            advice = (
+                ""
+                if isinstance(error, ValueError)
+                else " Fix the function, or return None for completions it cannot score (TRL leaves those out of "
+                "the advantages)."
+            )
             return RewardFunctionError(
-                f"reward function {name!r} raised at {where}: {type(error).__name__}: {error}. Fix the function, "
-                "or return None for completions it cannot score (TRL leaves those out of the advantages)."
+                f"reward function {name!r} raised at {where}: {type(error).__name__}: {str(error).rstrip('.')}.{advice}"
             )
 
         if compat.is_async_callable(func):
@@ -226,6 +237,17 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
         # Rollout work that is neither generation nor reward: log-prob passes, padding, batch assembly.
         with self._timed("scoring"):
             return super()._prepare_inputs(generation_batch)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if not self.args.dynamic_sampling:  # only dynamic sampling's fill groups can leave no loss token
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        metrics = self._metrics["train" if self.model.training else "eval"]
+        marks = {key: len(metrics[key]) for key in TOKEN_MEAN_METRICS if key in metrics}
+        loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        loss_mask = inputs["completion_mask"] * inputs.get("tool_mask", 1)
+        if int(self.accelerator.gather(loss_mask.sum().reshape(1)).sum()) == 0:  # no loss token on any process
+            blank_token_means(metrics, marks)
+        return loss
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         with self._timed("update"):  # forward and backward; nested rollout sections are charged to themselves

@@ -25,6 +25,8 @@ import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from trl_dapo_ext.cli.interrupts import INTERRUPTED_DIR, RunInterrupted, report_interrupt, save_on_interrupt
+
 SIZES = {
     "tiny": dict(hidden_size=64, num_layers=2, intermediate_size=256),
     "small": dict(hidden_size=128, num_layers=2, intermediate_size=512),
@@ -52,22 +54,52 @@ class DemoSettings:
 QUICK = dict(held_out=200, sft_steps=300, rl_steps=60, eval_samples=4, learning_rate=2e-4)
 
 
+QUICK_NOTE = (
+    "note: --quick is a smoke run. It shows that every stage works end to end (warm start, DAPO with dynamic "
+    "sampling and the math verifier, evaluation, report); its few RL steps and small held-out set are too few to "
+    "measure learning, so its accuracies can move either way by several points. The full demo (no --quick) is the "
+    "learning result."
+)
+
+
 def main(argv: list[str] | None = None, prog: str = "trl-dapo demo") -> int:
+    d, q = DemoSettings, QUICK
+    quick = ", ".join(f"{key} {value:g}" for key, value in QUICK.items())
     parser = argparse.ArgumentParser(
         prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--output-dir", default=DemoSettings.output_dir, help="where checkpoints, logs and report.png go"
+        "--output-dir",
+        default=d.output_dir,
+        help=f"where checkpoints, logs and report.png go (default {d.output_dir})",
     )
-    parser.add_argument("--seed", type=int, default=DemoSettings.seed)
-    parser.add_argument("--steps", type=int, default=None, help=f"RL steps (default {DemoSettings.rl_steps})")
     parser.add_argument(
-        "--sft-steps", type=int, default=None, help=f"warm-start steps (default {DemoSettings.sft_steps})"
+        "--seed", type=int, default=d.seed, help=f"seed of data, model and sampling (default {d.seed})"
     )
-    parser.add_argument("--model-size", choices=sorted(SIZES), default=DemoSettings.model_size)
+    parser.add_argument(
+        "--steps", type=int, default=None, help=f"RL steps (default {d.rl_steps}; {q['rl_steps']} with --quick)"
+    )
+    parser.add_argument(
+        "--sft-steps",
+        type=int,
+        default=None,
+        help=f"warm-start steps (default {d.sft_steps}; {q['sft_steps']} with --quick)",
+    )
+    parser.add_argument(
+        "--model-size", choices=sorted(SIZES), default=d.model_size, help=f"model size (default {d.model_size})"
+    )
     parser.add_argument("--compare", action="store_true", help="also train with plain GRPO settings and compare")
-    parser.add_argument("--learning-rate", type=float, default=None, help="RL learning rate")
-    parser.add_argument("--quick", action="store_true", help="a smoke run in about a minute (smaller everything)")
+    parser.add_argument(
+        "--learning-rate",
+        type=float,
+        default=None,
+        help=f"RL learning rate (default {d.learning_rate:g}; {q['learning_rate']:g} with --quick)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"a smoke run of about a minute that checks the pipeline, not learning: {quick} (other flags still win)",
+    )
     options = parser.parse_args(argv)
 
     settings = DemoSettings(
@@ -84,9 +116,17 @@ def main(argv: list[str] | None = None, prog: str = "trl-dapo demo") -> int:
         settings.learning_rate = options.learning_rate
     try:
         run_demo(settings)
-    except KeyboardInterrupt:
-        print(f"\ninterrupted: the latest checkpoint is in {settings.output_dir}", file=sys.stderr)
-        return 130
+    except (RunInterrupted, KeyboardInterrupt) as error:
+        # Between stages (data, evaluation) only what earlier stages wrote exists: say what that is.
+        saved = sorted(str(path.parent) for path in Path(settings.output_dir).glob("**/model.safetensors"))
+        return report_interrupt(
+            error,
+            prog,
+            nothing_saved="no training stage was running; "
+            + ("saved so far: " + ", ".join(saved) if saved else "nothing was saved yet"),
+        )
+    if options.quick:
+        print(QUICK_NOTE)
     return 0
 
 
@@ -199,7 +239,9 @@ def warm_start(model, tokenizer, train_rows, settings: DemoSettings) -> None:
         packing=False,
     )
     dataset = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in train_rows])
-    SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer).train()
+    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
+    with save_on_interrupt(trainer, os.path.join(args.output_dir, INTERRUPTED_DIR)):
+        trainer.train()
 
 
 def reinforce(model, tokenizer, train_rows, settings: DemoSettings, dapo: bool, verifier, name: str):
@@ -239,12 +281,8 @@ def reinforce(model, tokenizer, train_rows, settings: DemoSettings, dapo: bool, 
         model=model, reward_funcs=counted, args=args, train_dataset=dataset, processing_class=tokenizer
     )
     started = time.perf_counter()
-    try:
+    with save_on_interrupt(trainer, os.path.join(args.output_dir, INTERRUPTED_DIR)):
         trainer.train()
-    except KeyboardInterrupt:
-        trainer.save_model(os.path.join(args.output_dir, "interrupted"))
-        trainer.save_state()
-        raise
     rl_seconds = time.perf_counter() - started
     trainer.save_state()
     logs = [h for h in trainer.state.log_history if "loss" in h]

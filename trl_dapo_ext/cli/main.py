@@ -53,8 +53,15 @@ def _version() -> str:
 def main(argv: list[str] | None = None) -> int:
     """Run ``trl-dapo`` with ``argv`` (default: ``sys.argv[1:]``) and return the exit code."""
     namespace = _parser().parse_args(sys.argv[1:] if argv is None else argv)
-    module = importlib.import_module(COMMANDS[namespace.command][0])
-    return module.main(namespace.args, prog=f"trl-dapo {namespace.command}")
+    prog = f"trl-dapo {namespace.command}"
+    try:
+        module = importlib.import_module(COMMANDS[namespace.command][0])
+        return module.main(namespace.args, prog=prog)
+    except KeyboardInterrupt:
+        # `train` and `demo` save what they can and report it themselves; this is Ctrl-C elsewhere (while torch
+        # imports, or in `report`): one line and the shell's status for SIGINT instead of a traceback.
+        print(f"\n{prog}: interrupted: nothing was saved", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -71,7 +71,7 @@ PANELS: tuple[Panel, ...] = (
         "Zero-variance split",
         stacked=(
             Series("groups/frac_mixed", "mixed (has contrast)"),
-            Series("groups/frac_all_max", "all correct"),
+            Series("groups/frac_all_max", "all correct (>= success threshold)"),
             Series("groups/frac_all_min", "all wrong"),
         ),
         lines=(Series("frac_reward_zero_std", "TRL frac_reward_zero_std"),),
@@ -100,8 +100,10 @@ PANELS: tuple[Panel, ...] = (
             Series("dynamic_sampling/retained_groups", "retained"),
             Series("dynamic_sampling/filled_groups", "filled"),
             Series("dynamic_sampling/discarded_surplus_groups", "surplus discarded"),
-            Series("dynamic_sampling/all_max_groups", "all correct"),
-            Series("dynamic_sampling/all_min_groups", "all wrong"),
+            # Zero-variance groups by where their reward sits in the range seen so far (all three add up).
+            Series("dynamic_sampling/all_max_groups", "all at the top reward"),
+            Series("dynamic_sampling/all_min_groups", "all at the bottom reward"),
+            Series("dynamic_sampling/other_zero_variance_groups", "other zero-variance"),
             Series("dynamic_sampling/generated_completions", "completions generated", right=True),
         ),
         ylabel="groups",
@@ -383,7 +385,18 @@ def _completion_text(completion: Any) -> str:
 # ------------------------------------------------------------------------------------------------------- drawing
 
 
+PANEL_HEIGHT_IN = 2.6  # the plotting area of one panel
+LEGEND_COLUMNS = 3
+_LEGEND_ROW_IN = 0.2
+_TITLE_IN, _XLABEL_IN = 0.45, 0.5  # above a panel (its title) and below it (tick labels and the x label)
+
+
 def _draw(image: Path, history, panels: list[Panel], completion_rows, title: str) -> None:
+    _figure(history, panels, completion_rows, title).savefig(image, format="png")
+
+
+def _figure(history, panels: list[Panel], completion_rows, title: str):
+    """The dashboard as a matplotlib Figure: panels in two columns, each legend below its panel, never over data."""
     # The object-oriented API with the Agg canvas: no pyplot state, no display, whatever backend the caller set.
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -391,27 +404,30 @@ def _draw(image: Path, history, panels: list[Panel], completion_rows, title: str
     count = len(panels) + (1 if completion_rows else 0)
     columns = 2 if count > 1 else 1
     rows = math.ceil(count / columns)
-    height = 3.4 * rows + 0.6
-    figure = Figure(figsize=(7 * columns, height), dpi=100)
+    figure = Figure(figsize=(7 * columns, 1.0), dpi=100)  # the height is set below, once the legends are known
     FigureCanvasAgg(figure)
-    figure.suptitle(title)
     axes = figure.subplots(rows, columns, squeeze=False).ravel()
-    # Fixed margins (inches -> fractions) instead of constrained layout, which draws the figure twice: 2x slower.
-    figure.subplots_adjust(
-        left=0.9 / (7 * columns),
-        right=1 - 0.85 / (7 * columns),
-        top=1 - 0.75 / height,
-        bottom=0.55 / height,
-        hspace=0.9 / 3.4 * 1.15,
-        wspace=0.35 if columns > 1 else 0.2,
-    )
-    for ax, panel in zip(axes, panels, strict=False):
-        _draw_panel(ax, history, panel)
+    legend_rows = [_draw_panel(ax, history, panel) for ax, panel in zip(axes, panels, strict=False)]
     if completion_rows:
         _draw_completions(axes[len(panels)], completion_rows)
     for ax in axes[count:]:
         ax.set_visible(False)
-    figure.savefig(image, format="png")
+    # Fixed margins (inches -> fractions) instead of constrained layout, which draws the figure twice: 2x slower.
+    # Every row leaves room under its panels for the tallest legend of the figure.
+    legend_in = _LEGEND_ROW_IN * max(legend_rows, default=0) + 0.1
+    gap_in = _XLABEL_IN + legend_in + _TITLE_IN
+    height = rows * PANEL_HEIGHT_IN + (rows - 1) * gap_in + 0.75 + _XLABEL_IN + legend_in
+    figure.set_size_inches(7 * columns, height)
+    figure.suptitle(title, y=1 - 0.15 / height, verticalalignment="top")  # above the first row's panel titles
+    figure.subplots_adjust(
+        left=0.9 / (7 * columns),
+        right=1 - 0.85 / (7 * columns),
+        top=1 - 0.75 / height,
+        bottom=(_XLABEL_IN + legend_in) / height,
+        hspace=gap_in / PANEL_HEIGHT_IN,
+        wspace=0.35 if columns > 1 else 0.2,
+    )
+    return figure
 
 
 def _title(output_dir: Path, state_file: Path, history) -> str:
@@ -420,7 +436,8 @@ def _title(output_dir: Path, state_file: Path, history) -> str:
     return f"{output_dir.resolve().name}{source}: steps {min(steps)} to {max(steps)}"
 
 
-def _draw_panel(ax, history, panel: Panel) -> None:
+def _draw_panel(ax, history, panel: Panel) -> int:
+    """Draw one panel; return how many rows its legend takes (below the panel)."""
     from matplotlib.ticker import MaxNLocator
 
     ax.set_title(panel.title)
@@ -459,8 +476,20 @@ def _draw_panel(ax, history, panel: Panel) -> None:
     if right_ax is not None:
         more_handles, more_labels = right_ax.get_legend_handles_labels()
         handles, labels = handles + more_handles, labels + more_labels
-    if handles:  # on the twin axis when there is one, or its lines would be drawn over the legend
-        (right_ax or ax).legend(handles, labels, fontsize="small", loc="best", framealpha=0.8)
+    if not handles:
+        return 0
+    # Below the panel, under its x label: a legend inside the axes hides data (and, with a twin axis, lines).
+    ax.legend(
+        handles,
+        labels,
+        fontsize="small",
+        loc="upper center",
+        bbox_to_anchor=(0.5, -_XLABEL_IN / PANEL_HEIGHT_IN),
+        ncol=LEGEND_COLUMNS,
+        frameon=False,
+        borderaxespad=0.0,
+    )
+    return math.ceil(len(handles) / LEGEND_COLUMNS)
 
 
 def _draw_stacked(ax, stacked) -> None:

@@ -20,6 +20,12 @@ Examples::
 Reward functions are chosen by name (`reward_funcs: [math_reward, math_format_reward]`); see `REWARD_FUNCS` for the
 names, or give a dotted import path (`my_package.rewards.my_reward`) as TRL's own `trl grpo` does.
 
+Before the model loads, the recipe is checked and every problem is one line (exit status 2): a misspelt key (with
+the closest known one), an unknown reward name, a dataset without the column a library reward grades against (and
+the `answer_column` / `tests_column` that maps it), `use_vllm` without vLLM, a `max_completion_length` beyond the
+model's context. Ctrl-C during training saves the model and trainer state in `output_dir/interrupted` and exits
+with status 130.
+
 After training the model (the LoRA adapter with `use_peft`) and `trainer_state.json` are saved in `output_dir`,
 with `train_summary.json` (steps, wall time, steps/s, peak GPU memory) and, when matplotlib is installed, the
 `trl-dapo report` dashboard (`report.png`, `report.txt`).
@@ -27,6 +33,8 @@ with `train_summary.json` (steps, wall time, steps/s, peak GPU memory) and, when
 
 from __future__ import annotations
 
+import argparse
+import difflib
 import importlib
 import importlib.util
 import json
@@ -34,12 +42,13 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from trl import ModelConfig, ScriptArguments, TrlParser
+from trl import GRPOConfig, ModelConfig, ScriptArguments, TrlParser
 
+from trl_dapo_ext.cli.interrupts import INTERRUPTED_DIR, RunInterrupted, report_interrupt, save_on_interrupt
 from trl_dapo_ext.config import DAPOConfig
 
 
@@ -138,6 +147,54 @@ class TrainScriptArguments(ScriptArguments):
     )
 
 
+HELP_DESCRIPTION = """\
+Train a model with DAPO/GRPO from a YAML recipe. Every option below is both a recipe key and a flag; flags
+override the recipe:
+
+  trl-dapo train --config recipes/tiny_cpu.yaml                    # the demo's tiny model, under a minute on a CPU
+  trl-dapo train --config recipes/gsm8k_lora_1gpu.yaml --max_steps 20 --output_dir runs/try
+
+The options come in four groups: data and rewards (trl-dapo train's own), the DAPO extensions (DAPOConfig), the
+model (trl.ModelConfig: model_name_or_path, dtype, LoRA, 4-bit), and last every trl.GRPOConfig /
+transformers.TrainingArguments field (batch sizes, learning rate, generation, vLLM, logging, saving)."""
+
+HELP_EPILOG = """\
+After training, output_dir holds the model (or LoRA adapter), trainer_state.json, train_summary.json and the
+report.png dashboard. Ctrl-C saves the model and trainer state in output_dir/interrupted and exits with status 130."""
+
+# (title, dataclass, fields of a parent to leave out) of the help's groups, in order; the rest stays TRL's group.
+_OWN_GROUPS: tuple[tuple[str, type, type | None], ...] = (
+    ("data and rewards (trl-dapo train)", TrainScriptArguments, None),
+    ("DAPO extensions (DAPOConfig; off by default)", DAPOConfig, GRPOConfig),
+    ("model, LoRA and quantization (trl.ModelConfig)", ModelConfig, None),
+)
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults shown after each help text (HfArgumentParser's choice) and the description kept as written."""
+
+
+def _field_names(cls: type, without: type | None = None) -> list[str]:
+    skip = {f.name for f in fields(without)} if without is not None else set()
+    return [f.name for f in fields(cls) if f.name not in skip]
+
+
+def _group_help(parser: argparse.ArgumentParser) -> None:
+    """Move our options into their own help groups, before TRL's and transformers' (argparse's group lists)."""
+    groups = []
+    for title, cls, without in _OWN_GROUPS:
+        names = set(_field_names(cls, without))
+        group = parser.add_argument_group(title)
+        for action in parser._actions:
+            if action.dest in names and action in parser._optionals._group_actions:
+                parser._optionals._group_actions.remove(action)
+                group._group_actions.append(action)
+        groups.append(group)
+    parser._optionals.title = "TRL GRPOConfig and transformers TrainingArguments options"
+    others = [g for g in parser._action_groups if g not in groups and g is not parser._optionals]
+    parser._action_groups[:] = [*others, *groups, parser._optionals]
+
+
 def make_parser(prog: str | None = None) -> TrlParser:
     """The parser of `trl-dapo train`: `TrainScriptArguments`, `DAPOConfig` and TRL's `ModelConfig`.
 
@@ -145,14 +202,55 @@ def make_parser(prog: str | None = None) -> TrlParser:
     ...     ["--config", "recipes/gsm8k_lora_1gpu.yaml", "--use_cpu", "true", "--bf16", "false", "--use_vllm", "false"]
     ... )  # doctest: +SKIP
     """
-    return TrlParser((TrainScriptArguments, DAPOConfig, ModelConfig), prog=prog)
+    parser = TrlParser(
+        (TrainScriptArguments, DAPOConfig, ModelConfig),
+        prog=prog,
+        usage="%(prog)s --config RECIPE.yaml [--KEY VALUE ...]",
+        description=HELP_DESCRIPTION,
+        epilog=HELP_EPILOG,
+        formatter_class=_HelpFormatter,
+    )
+    _group_help(parser)
+    return parser
+
+
+def known_keys() -> list[str]:
+    """Every recipe key (and flag name) `trl-dapo train` knows, in the order of its dataclasses."""
+    return [name for cls in (TrainScriptArguments, DAPOConfig, ModelConfig) for name in _field_names(cls)]
+
+
+def _unknown_key_error(keys: list[str], source: str) -> TrainError:
+    known = known_keys()
+    dashes = "--" if source == "flag" else ""
+    parts = []
+    for key in keys:
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.75)
+        hint = f" (did you mean {dashes}{close[0]}?)" if close else ""
+        parts.append(f"{dashes}{key}{hint}")
+    noun = {"recipe": "recipe key", "flag": "flag"}[source] + ("" if len(keys) == 1 else "s")
+    return TrainError(
+        f"unknown {noun} {', '.join(parts)}: not a field of trl-dapo train, DAPOConfig, GRPOConfig or "
+        "ModelConfig; trl-dapo train --help lists them all"
+    )
 
 
 def parse_args(argv: list[str] | None, prog: str | None = None):
-    """Parse ``argv`` (``--config recipe.yaml`` and/or flags) into (script, training, model) arguments."""
+    """Parse ``argv`` (``--config recipe.yaml`` and/or flags) into (script, training, model) arguments.
+
+    A misspelt recipe key or flag is an error with the closest known name, not a silently ignored setting.
+    """
     parser = make_parser(prog)
-    # fail_with_unknown_args: a misspelt YAML key is an error, not a silently ignored setting.
-    return parser.parse_args_and_config(argv, fail_with_unknown_args=True)
+    *parsed, config_left, flags_left = parser.parse_args_and_config(
+        argv, return_remaining_strings=True, separate_remaining_strings=True
+    )
+    if config_left:  # ["--key", "value", ...] for each recipe key no dataclass has
+        raise _unknown_key_error([item[2:] for item in config_left[::2]], "recipe")
+    if flags_left:
+        names = [item.lstrip("-").split("=", 1)[0] for item in flags_left if item.startswith("-")]
+        if not names:
+            raise TrainError(f"unexpected arguments {flags_left}: options are --KEY VALUE pairs")
+        raise _unknown_key_error(names, "flag")
+    return tuple(parsed)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -340,8 +438,65 @@ def load_tokenizer(model_args: ModelConfig, training_args: DAPOConfig, script_ar
 # ---------------------------------------------------------------------------------------------------------------------
 
 
+def check_reward_columns(reward_funcs: list[Callable], column_names: list[str]) -> None:
+    """Before the model loads: every library reward finds its dataset column (`answer`, `tests`, ...).
+
+    A library reward (one with a ``columns`` attribute, as `math_reward` and `code_reward`) is called on zero
+    completions with the dataset's columns, so the error is its own `MissingColumnError`, which names the
+    ``answer_column`` / ``tests_column`` mapping. Other reward functions are not called.
+    """
+    from reward_funcs._columns import MissingColumnError
+
+    for func in reward_funcs:
+        if getattr(func, "columns", None) is None:
+            continue
+        try:
+            func([], **{column: [] for column in column_names})
+        except MissingColumnError as error:
+            raise TrainError(str(error)) from None
+
+
+def check_generation_backend(training_args: DAPOConfig) -> None:
+    """``use_vllm`` needs the vllm package: say so in one line before anything is loaded."""
+    if training_args.use_vllm and importlib.util.find_spec("vllm") is None:
+        raise TrainError(
+            "use_vllm is true but vLLM is not installed: pip install 'trl-dapo-ext[vllm]' (a CUDA GPU), or set "
+            "use_vllm: false (flag --use_vllm false) to generate with transformers"
+        )
+
+
+def check_context_length(model_args: ModelConfig, training_args: DAPOConfig) -> None:
+    """The completion budget must fit in the model's context (``max_position_embeddings``), with room for a prompt.
+
+    Past it the position embeddings run out: transformers only warns, and generation slows to a crawl or degrades.
+    """
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(
+            model_args.model_name_or_path,
+            revision=model_args.model_revision,
+            trust_remote_code=training_args.trust_remote_code,
+        )
+    except (OSError, ValueError):  # e.g. an adapter folder: loading the model will say what is wrong
+        return
+    context = getattr(config, "max_position_embeddings", None)
+    budget = training_args.max_completion_length
+    if isinstance(context, int) and budget is not None and budget >= context:
+        raise TrainError(
+            f"max_completion_length={budget} does not fit the model's context of {context} tokens "
+            f"(max_position_embeddings of {model_args.model_name_or_path}), which must also hold the prompt: set "
+            f"max_completion_length to {context} minus your longest prompt or less"
+        )
+
+
 def train(script_args: TrainScriptArguments, training_args: DAPOConfig, model_args: ModelConfig) -> dict[str, Any]:
-    """Build the trainer from parsed arguments, train, save, and return the run summary (also `train_summary.json`)."""
+    """Build the trainer from parsed arguments, train, save, and return the run summary (also `train_summary.json`).
+
+    Everything that can be checked before the model loads is: reward names and their dataset columns, the vLLM
+    backend, the completion budget against the model's context. Ctrl-C during training saves the model and trainer
+    state into ``output_dir/interrupted`` and raises `RunInterrupted`.
+    """
     import torch
 
     from trl_dapo_ext import DAPOTrainer
@@ -349,9 +504,15 @@ def train(script_args: TrainScriptArguments, training_args: DAPOConfig, model_ar
     if not model_args.model_name_or_path:
         raise TrainError("model_name_or_path is required (a hub id or a local folder written by save_pretrained)")
     reward_funcs = resolve_reward_funcs(script_args.reward_funcs)
+    name = model_args.model_name_or_path
+    if name.startswith((".", "/", "~")) and not Path(name).expanduser().exists():
+        raise TrainError(f"model_name_or_path {name} does not exist")
+    check_generation_backend(training_args)
     model_kwargs = model_loading_kwargs(model_args, training_args)
+    check_context_length(model_args, training_args)
     tokenizer = load_tokenizer(model_args, training_args, script_args)
     dataset = load_train_dataset(script_args)
+    check_reward_columns(reward_funcs, dataset.column_names)
 
     trainer = DAPOTrainer(
         model=model_args.model_name_or_path,
@@ -364,18 +525,32 @@ def train(script_args: TrainScriptArguments, training_args: DAPOConfig, model_ar
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     started = time.perf_counter()
-    result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    with save_on_interrupt(trainer, os.path.join(training_args.output_dir, INTERRUPTED_DIR)):
+        result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     wall = time.perf_counter() - started
 
-    trainer.save_model(training_args.output_dir)
-    trainer.save_state()  # trainer_state.json in output_dir, which `trl-dapo report` reads
+    try:
+        trainer.save_model(training_args.output_dir)
+        trainer.save_state()  # trainer_state.json in output_dir, which `trl-dapo report` reads
+    except KeyboardInterrupt:
+        raise RunInterrupted(
+            f"interrupted after training, while saving into {training_args.output_dir}: the files there may be "
+            "incomplete",
+            training_args.output_dir,
+        ) from None
     summary = _summary(trainer, result, wall, model_args)
     if trainer.accelerator.is_main_process:
         output = Path(training_args.output_dir)
         (output / "train_summary.json").write_text(json.dumps(summary, indent=2))
         print(json.dumps(summary, indent=2))
         if script_args.report:
-            _draw_report(output)
+            try:
+                _draw_report(output)
+            except KeyboardInterrupt:
+                raise RunInterrupted(
+                    f"interrupted while drawing the report: the model and trainer state are saved in {output}",
+                    str(output),
+                ) from None
     if hasattr(trainer, "end"):  # transformers >= 5.18: finish trackers, destroy the process group
         trainer.end()
     return summary
@@ -422,7 +597,8 @@ def _draw_report(output: Path) -> None:
 
 
 def main(argv: list[str] | None = None, prog: str = "trl-dapo train") -> int:
-    """Run `trl-dapo train` with ``argv``; 0 on success, 2 on a recipe or input problem (one line on stderr)."""
+    """Run `trl-dapo train` with ``argv``; 0 on success, 2 on a recipe or input problem (one line on stderr), 130
+    on Ctrl-C (after saving the model and trainer state of an interrupted run)."""
     try:
         script_args, training_args, model_args = parse_args(argv, prog)
     except ValueError as error:
@@ -434,6 +610,9 @@ def main(argv: list[str] | None = None, prog: str = "trl-dapo train") -> int:
     except TrainError as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
+    except (RunInterrupted, KeyboardInterrupt) as error:
+        # A bare KeyboardInterrupt comes from before training: loading the model, the tokenizer or the data.
+        return report_interrupt(error, prog, nothing_saved="training had not started, nothing was saved")
     return 0
 
 
