@@ -256,7 +256,7 @@ def test_reward_errors_count_steps_from_one_without_doubled_periods(make_model, 
     with pytest.raises(RewardFunctionError) as error:
         trainer.train()
     message = str(error.value)
-    assert "at step 1 " in message and "no answers." in message and ".." not in message
+    assert "at training step 1:" in message and "no answers." in message and ".." not in message
     assert "Fix the function" not in message  # a ValueError explains an input problem, not a bug
 
 

@@ -238,6 +238,11 @@ SECTIONS: tuple[Section, ...] = (
                 "see `groups/frac_all_min`",
             ),
             Metric(
+                "dynamic_sampling/other_zero_variance_groups",
+                "zero-variance groups at neither extreme (or unscorable): all-max + all-min + other = zero-variance",
+                "0 with 0/1 verifiers",
+            ),
+            Metric(
                 "dynamic_sampling/filled_groups",
                 "uninformative groups masked into the batch when the budget ran out (`on_exhausted='fill'`)",
                 "0",
