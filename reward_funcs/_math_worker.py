@@ -100,6 +100,8 @@ class _Comparator:
                     if g.replace(" ", "") == t.replace(" ", ""):
                         return "T"
                     continue
+                if self._degenerate(g) or self._degenerate(t):
+                    continue  # `1:00` vs `12:00`, `\frac{2}{0}` vs `\frac{1}{0}`: a zero denominator equals nothing
                 # Numbers and structures of numbers are decided exactly by us first (cheaper than math-verify's
                 # simplify, and exact); anything else goes to math-verify, whose True we then re-check.
                 try:
@@ -113,6 +115,11 @@ class _Comparator:
                 if self.verify(g, t, timeout_seconds=timeout):
                     return "T"
         return "F"
+
+    def _degenerate(self, x) -> bool:
+        """Holds a division by zero (sympy's zoo) or an undefined value: all such values would compare equal."""
+        sp = self.sympy
+        return isinstance(x, sp.Basic) and x.has(sp.zoo, sp.nan)
 
     # ----- exactness guard: math-verify rounds to 6 digits; we re-check numbers exactly -----
 

@@ -103,8 +103,7 @@ atexit.register(close_math_workers)
 @dataclass(frozen=True)
 class _Prepared:
     canon: str
-    values: tuple[str, ...]  # the stated values (several for lists, `\pm`, "or")
-    nested_pm: bool  # a `\pm` left inside a value (e.g. in a fraction): more than one value
+    values: tuple[str, ...]  # the stated values (several for lists, `\pm` anywhere, "or", several boxes)
 
 
 @lru_cache(maxsize=65536)
@@ -115,7 +114,7 @@ def _prepare(answer: str | None) -> _Prepared | None:
     values = _nz.split_values(canon)
     if not values:
         return None
-    return _Prepared(canon, tuple(values), any(_nz.has_pm(v) for v in values))
+    return _Prepared(canon, tuple(values))
 
 
 @lru_cache(maxsize=65536)
@@ -184,7 +183,7 @@ class _Oracle:
 def _compare(p: _Prepared, g: _Prepared, atom: Callable[[str, str], bool]) -> bool:
     if _nz.compact(p.canon) == _nz.compact(g.canon):
         return True
-    if len(p.values) != len(g.values) or (p.nested_pm and not g.nested_pm):
+    if len(p.values) != len(g.values):
         return False  # hedge: several candidates against fewer gold values (or the other way round)
     if len(g.values) == 1:
         return _value_match(p.values[0], g.values[0], atom)
@@ -196,8 +195,6 @@ def _compare(p: _Prepared, g: _Prepared, atom: Callable[[str, str], bool]) -> bo
 def _value_match(p: str, g: str, atom: Callable[[str, str], bool]) -> bool:
     if _nz.compact(p) == _nz.compact(g):
         return True
-    if _nz.has_pm(p) and not _nz.has_pm(g):
-        return False
     p_names, p_vals = _sides(p)
     g_names, g_vals = _sides(g)
     if len(g_vals) != 1:
