@@ -4,6 +4,7 @@ Public API (TRL reward signature, see docs/code_rewards.md):
 
 * :func:`code_reward` ``(completions, tests, **kwargs) -> list[float | None]``: 1.0 when every test passes, else 0.0;
   ``None`` for rows without usable tests (TRL then ignores this function for the row);
+* ``code_reward_partial``: the same with partial credit (the fraction of tests passed);
 * :func:`make_code_reward` returns a configured, picklable reward callable (partial credit, limits, workers);
 * :func:`run_code_tests` returns per-test outcomes (``passed``/``failed``/``error``/``timeout``/``memory``/``skipped``);
 * :func:`extract_code` is the code-block extraction the rewards use.
@@ -40,6 +41,7 @@ __all__ = [
     "CodeTestReport",
     "TestOutcome",
     "code_reward",
+    "code_reward_partial",
     "extract_code",
     "make_code_reward",
     "run_code_tests",
@@ -571,3 +573,7 @@ def code_reward(completions: Sequence[Any], tests: Sequence[Any], **kwargs: Any)
     [1.0]
     """
     return _DEFAULT(completions, tests, **kwargs)
+
+
+# Like `code_reward`, but the reward is the fraction of the row's tests passed (the CLI's `code_reward_partial`).
+code_reward_partial = make_code_reward(partial_credit=True)

@@ -39,6 +39,7 @@ __all__ = [
     "extract_final_answer",
     "make_math_format_reward",
     "make_math_reward",
+    "math_answer_format_reward",
     "math_format_reward",
     "math_reward",
 ]
@@ -499,3 +500,5 @@ def make_math_format_reward(
 
 math_reward = MathReward()
 math_format_reward = MathFormatReward()
+math_answer_format_reward = MathFormatReward(require_think=False, name="math_answer_format_reward")
+"""The format bonus for models that write no `<think>` block: it only asks for an anchored final answer."""
