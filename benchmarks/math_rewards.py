@@ -4,9 +4,11 @@
 
 Generates GRPO-like batches (prompts x group completions of ~2 KB each: correct answers in several formats and
 equivalent forms, wrong answers, near misses, hedges, unanchored mentions, answers hidden in reasoning), with a label
-per completion (the verdict our policy calls right, see docs/math_rewards.md). Both rewards get the same `solution`
+per completion (the verdict our policy calls right, see docs/math-grading.md). Both rewards get the same `solution`
 column (gold wrapped in `\\boxed{}`, the form TRL's reward parses best) and the same batches of `batch` completions.
-Prints completions per second for both, the ratio, accuracy against the labels, and agreement between the two.
+Prints completions per second for both, the ratio, accuracy against the labels, and agreement between the two, for
+two corpora of the same size: G completions per gold (GRPO groups: the gold is prepared once per group and repeated
+answers are checked once) and one completion per gold (every comparison is new: the worst case for our caches).
 """
 
 from __future__ import annotations
@@ -164,6 +166,8 @@ def _completion(rng: random.Random, g: dict, category: str) -> tuple[str, float]
                     f"$\\boxed{{{gold}}}$ or $\\boxed{{{wrong}}}$",
                     f"$\\boxed{{{wrong}}}$ or $\\boxed{{{gold}}}$",
                     f"$\\boxed{{{wrong} \\text{{ or }} {gold}}}$",
+                    f"$\\boxed{{{wrong}}} \\quad \\text{{or}} \\quad \\boxed{{{gold}}}$",
+                    f"$\\boxed{{{wrong}}} \\text{{ for part (a) and }} \\boxed{{{gold}}}$",
                 ]
             )
             return f"{r}\nThe answer is {form}.", 0.0
@@ -246,10 +250,24 @@ def main(argv: list[str] | None = None) -> None:
     from reward_funcs import close_math_workers, math_reward
 
     logging.getLogger("math_verify").setLevel(logging.ERROR)
-    rows = build_corpus(args.prompts, args.group, args.seed, args.mix)
+    corpora = [
+        (f"G={args.group} completions per gold", build_corpus(args.prompts, args.group, args.seed, args.mix)),
+        ("G=1 completion per gold", build_corpus(args.prompts * args.group, 1, args.seed, args.mix)),
+    ]
+    summary = []
+    for label, rows in corpora:
+        print(f"\n===== {label} =====")
+        summary.append((label, _measure(rows, args, math_reward, accuracy_reward, close_math_workers)))
+    print("\nthroughput ratio ours/trl (median of paired runs, same corpus size, same run):")
+    for label, ratio in summary:
+        print(f"  {label:28s} {ratio:.2f}x")
+
+
+def _measure(rows: list[dict], args, math_reward, accuracy_reward, close_math_workers) -> float:
+    """Print throughput and accuracy of both rewards on `rows`; return the median throughput ratio ours/trl."""
     n = len(rows)
     print(
-        f"corpus ({args.mix}): {n} completions ({args.prompts} prompts x {args.group}), mean {sum(len(r['completion'][0]['content']) for r in rows) / n:.0f} chars, "
+        f"corpus ({args.mix}): {n} completions ({len({r['solution'] for r in rows})} distinct golds), mean {sum(len(r['completion'][0]['content']) for r in rows) / n:.0f} chars, "
         f"{sum(r['label'] for r in rows):.0f} labelled correct; cores available: {len(os.sched_getaffinity(0))}"
     )
 
@@ -285,6 +303,7 @@ def main(argv: list[str] | None = None) -> None:
         f"trl accuracy_reward: {n / t_trl:9.1f} completions/s  (runs: {', '.join(f'{n / t:.0f}' for t in t_trl_all)})"
     )
     ratios = [b / a for a, b in zip(t_ours_all, t_trl_all, strict=True)]
+    ratio = statistics.median(ratios)
     print(
         f"throughput ratio ours/trl: {statistics.median(ratios):.2f}x (median of paired runs: "
         f"{', '.join(f'{r:.2f}' for r in ratios)})"
@@ -315,6 +334,7 @@ def main(argv: list[str] | None = None) -> None:
     wrong_ours = Counter((r["category"], r["kind"]) for r, a in zip(rows, ok_ours, strict=True) if not a)
     if wrong_ours:
         print("\nours wrong by (category, gold kind):", dict(wrong_ours))
+    return ratio
 
 
 if __name__ == "__main__":

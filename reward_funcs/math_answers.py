@@ -115,7 +115,23 @@ def _prepare(answer: str | None) -> _Prepared | None:
     values = _nz.split_values(canon)
     if not values:
         return None
-    return _Prepared(canon, tuple(values))
+    return _Prepared(canon, _distinct(values))
+
+
+def _distinct(values: list[str]) -> tuple[str, ...]:
+    """The values without repeats that are equal as written or as exact numbers: `5, i.e. 5.0` states one value,
+    not a hedge (the same value in two forms that only sympy can equate still counts as two)."""
+    out, seen = [], set()
+    for v in values:
+        key = _exact(v)
+        if key is None:
+            key = _structure(v)
+        if key is None:
+            key = _nz.compact(v)
+        if key not in seen:
+            seen.add(key)
+            out.append(v)
+    return tuple(out)
 
 
 @lru_cache(maxsize=65536)

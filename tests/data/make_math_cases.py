@@ -269,6 +269,7 @@ add(H, r"\boxed{3}~\mathrm{or}~\boxed{4}", "4", 0.0, "boxes joined by ~\\mathrm{
 add(H, r"\boxed{3} \hspace{1em} \boxed{4}", "4", 0.0, "boxes joined by \\hspace")
 add(H, r"\boxed{3}; \boxed{4}", "3", 0.0, "boxes joined by a semicolon, gold first")
 add(H, r"\boxed{3} \text{ or } \boxed{4} \text{ or } \boxed{5}", "5", 0.0, "three boxes")
+add(H, r"\boxed{0.5} \text{ or } \boxed{0.50001}", "0.5", 0.0, "a value and a near value are two values")
 add(
     H,
     r"\boxed{(2, 2)} \quad \text{and} \quad \boxed{(6, 2)}",
@@ -355,6 +356,8 @@ add(E, r"\boxed{(2, 2)} \quad \text{and} \quad \boxed{(6, 2)}", "(2, 2), (6, 2)"
 add(E, r"\boxed{2} \text{ and } \boxed{3}", "3, 2", 1.0, "two boxes, unordered gold list")
 add(E, r"$x = \boxed{-1}$ or $x = \boxed{5}$", "-1, 5", 1.0, "two boxed roots in one sentence")
 add(E, r"\boxed{-1}, \quad \boxed{5}", r"\{-1, 5\}", 1.0, "two boxes against a set gold")
+add(E, r"The answer is \boxed{5}, i.e. \boxed{5.0}", "5", 1.0, "one value boxed in two exact forms is no hedge")
+add(E, r"\boxed{\frac12} \text{ or equivalently } \boxed{0.5}", "0.5", 1.0, "fraction and its exact decimal")
 # MATH thousands separators
 add(E, r"\boxed{10,\!000}", "10000", 1.0, "MATH ,\\! thousands separator")
 add(E, r"\boxed{10000}", r"10,\!000", 1.0, "MATH ,\\! separator in the gold")
