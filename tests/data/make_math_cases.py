@@ -306,6 +306,13 @@ add(H, r"\boxed{\frac{1 \pm \sqrt{5}}{2}}", r"\frac{1+\sqrt{5}}{2}", 0.0, "\\pm 
 add(H, r"\boxed{2 \pm \sqrt{3}}", r"2+\sqrt{3}", 0.0, "\\pm against one root")
 add(H, r"\boxed{\frac{-1 \mp \sqrt{2}}{3}}", r"\frac{-1+\sqrt{2}}{3}", 0.0, "\\mp against one root")
 # \frac shorthand
+add(
+    H,
+    r"\boxed{\sqrt[3]{\sqrt{2}+\sqrt[3]{3}}}",
+    r"\sqrt[3]{\sqrt[3]{3}+\sqrt{3}}",
+    0.0,
+    "nested radical, one leaf differs",
+)
 add(H, r"\boxed{\frac3{4}}", "1", 0.0, "\\frac3{4} is not 1")
 add(H, r"\boxed{\frac34}", r"\frac{4}{3}", 0.0, "\\frac34 is three quarters")
 add(H, r"\boxed{\frac{3}4}", r"\frac{3}{5}", 0.0, "\\frac{3}4 is three quarters")
@@ -399,6 +406,9 @@ add(E, r"\boxed{\frac{\pi}2}", r"\frac{\pi}{2}", 1.0, "\\frac{\\pi}2")
 add(E, r"\boxed{\frac\pi4}", r"\pi/4", 1.0, "\\frac\\pi4")
 add(E, r"\boxed{\frac1{\sqrt2}}", r"\frac{\sqrt2}{2}", 1.0, "\\frac1{\\sqrt2}")
 add(E, r"\boxed{\frac{\frac12}3}", r"\frac16", 1.0, "nested shorthand fractions")
+# commuted nested radicals: the same tree up to argument order, decided at once (was killed at the time limit)
+add(E, r"\boxed{\sqrt[3]{\sqrt{2}+\sqrt[3]{3}}}", r"\sqrt[3]{\sqrt[3]{3}+\sqrt{2}}", 1.0, "commuted nested cube root")
+add(E, r"\boxed{\sqrt{3+\sqrt{5+\sqrt{7}}}}", r"\sqrt{\sqrt{\sqrt{7}+5}+3}", 1.0, "commuted triple radical")
 # a clock time compares as written
 add(E, r"\boxed{12:00}", "12:00", 1.0, "clock time, same text")
 
