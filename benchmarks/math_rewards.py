@@ -170,7 +170,8 @@ def _completion(rng: random.Random, g: dict, category: str) -> tuple[str, float]
                     f"$\\boxed{{{wrong}}} \\text{{ for part (a) and }} \\boxed{{{gold}}}$",
                 ]
             )
-            return f"{r}\nThe answer is {form}.", 0.0
+            lead = rng.choice(["The answer is", "So we get"])  # with and without an answer phrase around the boxes
+            return f"{r}\n{lead} {form}.", 0.0
         case "unanchored":
             return f"{r}\nWe conclude with {gold}, which fits all the constraints.", 0.0
         case "unclosed_think":
