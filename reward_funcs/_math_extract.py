@@ -223,8 +223,9 @@ def _box_gap(gap: str) -> tuple[bool, str]:
     """(joins the boxes into one hedged answer, separator to write between them) for the text between two boxes.
 
     Boxes are one answer unless the text between them starts a new sentence with words in it ("\\boxed{17}. Wait,
-    I made an error: \\boxed{18}" is a self-correction) or holds another anchor (`<answer>`, "Answer:"). Spacing commands, punctuation, connectives and `\\text{...}`
-    groups with any words ("\\boxed{3} \\text{ for part (a) and } \\boxed{4}") never separate two answers.
+    I made an error: \\boxed{18}" is a self-correction) or holds another anchor (`<answer>`, "Answer:", "the answer
+    is"). Spacing commands, punctuation, connectives and `\\text{...}` groups with any words
+    ("\\boxed{3} \\text{ for part (a) and } \\boxed{4}") never separate two answers.
     """
     parts, pos = [], 0
     for m in _GAP_TEXT.finditer(gap):
@@ -240,7 +241,10 @@ def _box_gap(gap: str) -> tuple[bool, str]:
     rest = _MATH_DELIMS.sub(" ", _GAP_SPACING.sub(" ", "".join(parts)))
     if _SENTENCE_END.search(rest) and _GAP_WORD.search(rest):
         return False, ""
-    if "####" in rest or "answer" in rest.lower():  # another anchor in between: each is read on its own
+    lower = rest.lower()
+    if "####" in rest or "<answer>" in lower or "</answer>" in lower or _LINE_ANCHOR.search(rest):
+        return False, ""  # another anchor in between: each is read on its own
+    if _PHRASE_ANCHOR.search(rest):
         return False, ""
     compact = "".join(rest.split())
     sep = f" {compact} " if _CONNECTIVE.match(compact) else ", "

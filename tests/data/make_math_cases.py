@@ -264,6 +264,7 @@ add(H, r"$\boxed{3}$ \qquad $\boxed{4}$", "3", 0.0, "boxes joined by \\qquad out
 add(H, r"\[ \boxed{3} \\ \boxed{4} \]", "4", 0.0, "boxes on two lines of one display")
 add(H, "$$\\boxed{3}$$\n$$\\boxed{4}$$", "4", 0.0, "boxes on consecutive lines, nothing between")
 add(H, r"\boxed{3} or perhaps \boxed{4}", "4", 0.0, "boxes joined by words in the same sentence")
+add(H, r"\boxed{3} is one answer and \boxed{4} is another", "4", 0.0, "the word 'answer' between boxes is no anchor")
 add(H, r"\boxed{3} \text{. Otherwise, } \boxed{4}", "4", 0.0, "sentence end inside \\text is still one answer")
 add(H, r"\boxed{3}~\mathrm{or}~\boxed{4}", "4", 0.0, "boxes joined by ~\\mathrm{or}~")
 add(H, r"\boxed{3} \hspace{1em} \boxed{4}", "4", 0.0, "boxes joined by \\hspace")
