@@ -229,6 +229,19 @@ def _worker_cpu() -> dict[int, float]:
     return out
 
 
+def _wait_until_workers_idle(max_s: float = 120.0) -> None:
+    """Wait until no verifier worker uses CPU any more (the warm spare starts after the first batch): its one-time
+    start-up is not a per-completion cost and must not land in the measured run."""
+    deadline = time.monotonic() + max_s
+    before = _worker_cpu()
+    while time.monotonic() < deadline:
+        time.sleep(1.0)
+        now = _worker_cpu()
+        if now.keys() == before.keys() and sum(now.values()) - sum(before.values()) < 0.02:
+            return
+        before = now
+
+
 def run(fn, rows: list[dict], batch: int) -> tuple[list, float, float]:
     """(rewards, wall seconds, CPU seconds of this process and of the verifier workers it uses)."""
     out = []
@@ -303,6 +316,8 @@ def _measure(rows: list[dict], args, math_reward, accuracy_reward, close_math_wo
         start = time.perf_counter()
         math_reward(["\\boxed{\\sqrt{4}}"], answer=["2"])  # start the workers (reported, not timed below)
         startups.append(time.perf_counter() - start)
+        math_reward(["\\boxed{\\sqrt{9}}"], answer=["3"])  # a second batch starts the warm spare
+        _wait_until_workers_idle()
         ours, t, cpu = run(math_reward, rows, args.batch)
         t_ours_all.append(t)
         cpu_ours_all.append(cpu)
