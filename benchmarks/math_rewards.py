@@ -6,7 +6,9 @@ Generates GRPO-like batches (prompts x group completions of ~2 KB each: correct 
 equivalent forms, wrong answers, near misses, hedges, unanchored mentions, answers hidden in reasoning), with a label
 per completion (the verdict our policy calls right, see docs/math-grading.md). Both rewards get the same `solution`
 column (gold wrapped in `\\boxed{}`, the form TRL's reward parses best) and the same batches of `batch` completions.
-Prints completions per second for both, the ratio, accuracy against the labels, and agreement between the two.
+Prints completions per second for both, the ratio, accuracy against the labels, and agreement between the two, for
+two corpora of the same size: G completions per gold (GRPO groups: the gold is prepared once per group and repeated
+answers are checked once) and one completion per gold (every comparison is new: the worst case for our caches).
 """
 
 from __future__ import annotations
@@ -164,9 +166,12 @@ def _completion(rng: random.Random, g: dict, category: str) -> tuple[str, float]
                     f"$\\boxed{{{gold}}}$ or $\\boxed{{{wrong}}}$",
                     f"$\\boxed{{{wrong}}}$ or $\\boxed{{{gold}}}$",
                     f"$\\boxed{{{wrong} \\text{{ or }} {gold}}}$",
+                    f"$\\boxed{{{wrong}}} \\quad \\text{{or}} \\quad \\boxed{{{gold}}}$",
+                    f"$\\boxed{{{wrong}}} \\text{{ for part (a) and }} \\boxed{{{gold}}}$",
                 ]
             )
-            return f"{r}\nThe answer is {form}.", 0.0
+            lead = rng.choice(["The answer is", "So we get"])  # with and without an answer phrase around the boxes
+            return f"{r}\n{lead} {form}.", 0.0
         case "unanchored":
             return f"{r}\nWe conclude with {gold}, which fits all the constraints.", 0.0
         case "unclosed_think":
@@ -207,13 +212,49 @@ def build_corpus(n_prompts: int, group: int, seed: int, mix: str = "mixed") -> l
 # Runs
 
 
-def run(fn, rows: list[dict], batch: int) -> tuple[list, float]:
+def _worker_cpu() -> dict[int, float]:
+    """CPU seconds used so far by each live verifier worker process of this process."""
+    import psutil
+
+    from reward_funcs import math_answers as ma
+
+    out = {}
+    for pool in list(ma._POOLS.values()):
+        for pid in pool.all_pids():
+            try:
+                t = psutil.Process(pid).cpu_times()
+                out[pid] = t.user + t.system
+            except psutil.Error:
+                pass
+    return out
+
+
+def _wait_until_workers_idle(max_s: float = 120.0) -> None:
+    """Wait until no verifier worker uses CPU any more (the warm spare starts after the first batch): its one-time
+    start-up is not a per-completion cost and must not land in the measured run."""
+    deadline = time.monotonic() + max_s
+    before = _worker_cpu()
+    while time.monotonic() < deadline:
+        time.sleep(1.0)
+        now = _worker_cpu()
+        if now.keys() == before.keys() and sum(now.values()) - sum(before.values()) < 0.02:
+            return
+        before = now
+
+
+def run(fn, rows: list[dict], batch: int) -> tuple[list, float, float]:
+    """(rewards, wall seconds, CPU seconds of this process and of the verifier workers it uses)."""
     out = []
+    workers_before = _worker_cpu()
+    cpu_start = time.process_time()
     start = time.perf_counter()
     for i in range(0, len(rows), batch):
         chunk = rows[i : i + batch]
         out.extend(fn([r["completion"] for r in chunk], solution=[r["solution"] for r in chunk]))
-    return out, time.perf_counter() - start
+    wall = time.perf_counter() - start
+    cpu = time.process_time() - cpu_start
+    cpu += sum(t - workers_before.get(pid, 0.0) for pid, t in _worker_cpu().items())
+    return out, wall, cpu
 
 
 def _reset_caches() -> None:
@@ -246,26 +287,44 @@ def main(argv: list[str] | None = None) -> None:
     from reward_funcs import close_math_workers, math_reward
 
     logging.getLogger("math_verify").setLevel(logging.ERROR)
-    rows = build_corpus(args.prompts, args.group, args.seed, args.mix)
+    corpora = [
+        (f"G={args.group} completions per gold", build_corpus(args.prompts, args.group, args.seed, args.mix)),
+        ("G=1 completion per gold", build_corpus(args.prompts * args.group, 1, args.seed, args.mix)),
+    ]
+    summary = []
+    for label, rows in corpora:
+        print(f"\n===== {label} =====")
+        summary.append((label, _measure(rows, args, math_reward, accuracy_reward, close_math_workers)))
+    print("\nours/trl, median of paired runs, same corpus size, same run:  wall-clock throughput | CPU time")
+    for label, (ratio, cpu_ratio) in summary:
+        print(f"  {label:28s} {ratio:8.2f}x | {cpu_ratio:.2f}x")
+
+
+def _measure(rows: list[dict], args, math_reward, accuracy_reward, close_math_workers) -> tuple[float, float]:
+    """Print throughput and accuracy of both rewards on `rows`; return the median throughput and CPU-time ratios."""
     n = len(rows)
     print(
-        f"corpus ({args.mix}): {n} completions ({args.prompts} prompts x {args.group}), mean {sum(len(r['completion'][0]['content']) for r in rows) / n:.0f} chars, "
+        f"corpus ({args.mix}): {n} completions ({len({r['solution'] for r in rows})} distinct golds), mean {sum(len(r['completion'][0]['content']) for r in rows) / n:.0f} chars, "
         f"{sum(r['label'] for r in rows):.0f} labelled correct; cores available: {len(os.sched_getaffinity(0))}"
     )
 
     # Alternate the two (the machine may be shared: alternating spreads background load over both), and start every
     # repeat of ours from cold caches and fresh workers so no verdict is reused across repeats.
-    t_ours_all, t_trl_all, startups = [], [], []
+    t_ours_all, t_trl_all, startups, cpu_ours_all, cpu_trl_all = [], [], [], [], []
     for _ in range(args.repeats):
         _reset_caches()
         start = time.perf_counter()
         math_reward(["\\boxed{\\sqrt{4}}"], answer=["2"])  # start the workers (reported, not timed below)
         startups.append(time.perf_counter() - start)
-        ours, t = run(math_reward, rows, args.batch)
+        math_reward(["\\boxed{\\sqrt{9}}"], answer=["3"])  # a second batch starts the warm spare
+        _wait_until_workers_idle()
+        ours, t, cpu = run(math_reward, rows, args.batch)
         t_ours_all.append(t)
+        cpu_ours_all.append(cpu)
         close_math_workers()
-        trl, t = run(accuracy_reward, rows, args.batch)
+        trl, t, cpu = run(accuracy_reward, rows, args.batch)
         t_trl_all.append(t)
+        cpu_trl_all.append(cpu)
     t_ours, t_trl, startup = statistics.median(t_ours_all), statistics.median(t_trl_all), statistics.median(startups)
 
     def score(out):
@@ -285,9 +344,17 @@ def main(argv: list[str] | None = None) -> None:
         f"trl accuracy_reward: {n / t_trl:9.1f} completions/s  (runs: {', '.join(f'{n / t:.0f}' for t in t_trl_all)})"
     )
     ratios = [b / a for a, b in zip(t_ours_all, t_trl_all, strict=True)]
+    ratio = statistics.median(ratios)
+    cpu_ratio = statistics.median(b / a for a, b in zip(cpu_ours_all, cpu_trl_all, strict=True))
     print(
         f"throughput ratio ours/trl: {statistics.median(ratios):.2f}x (median of paired runs: "
         f"{', '.join(f'{r:.2f}' for r in ratios)})"
+    )
+    # Wall time favours us on a loaded machine (our worker processes get more of the contended cores); CPU time
+    # per completion (ours: this process plus its workers) does not depend on the load.
+    print(
+        f"CPU seconds per 1000 completions: ours {1000 * statistics.median(cpu_ours_all) / n:.2f}, "
+        f"trl {1000 * statistics.median(cpu_trl_all) / n:.2f}; CPU-time ratio trl/ours {cpu_ratio:.2f}x"
     )
     print(
         f"\naccuracy vs labels: ours {sum(ok_ours) / n:.4f} ({sum(ok_ours)}/{n}), trl {sum(ok_trl) / n:.4f} ({sum(ok_trl)}/{n})"
@@ -315,6 +382,7 @@ def main(argv: list[str] | None = None) -> None:
     wrong_ours = Counter((r["category"], r["kind"]) for r, a in zip(rows, ok_ours, strict=True) if not a)
     if wrong_ours:
         print("\nours wrong by (category, gold kind):", dict(wrong_ours))
+    return ratio, cpu_ratio
 
 
 if __name__ == "__main__":

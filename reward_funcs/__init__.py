@@ -1,7 +1,9 @@
 """Verifier reward functions for TRL's GRPOTrainer (GRPO/DAPO). Usable with plain TRL: never imports trl_dapo_ext.
 
-Math answers: `math_reward`, `make_math_reward`, `extract_final_answer`, `answers_match`, `math_format_reward`.
-Code with unit tests in a sandbox: `code_reward`, `make_code_reward`, `run_code_tests`, `extract_code`.
+Math answers: `math_reward`, `make_math_reward`, `extract_final_answer`, `answers_match`, `math_format_reward`,
+`math_answer_format_reward`.
+Code with unit tests in a sandbox: `code_reward`, `code_reward_partial`, `make_code_reward`, `run_code_tests`,
+`extract_code`. Every reward name `trl-dapo train` accepts is importable from here.
 """
 
 from .code_tests import (
@@ -9,6 +11,7 @@ from .code_tests import (
     CodeTestReport,
     TestOutcome,
     code_reward,
+    code_reward_partial,
     extract_code,
     make_code_reward,
     run_code_tests,
@@ -22,6 +25,7 @@ from .math_answers import (
     extract_final_answer,
     make_math_format_reward,
     make_math_reward,
+    math_answer_format_reward,
     math_format_reward,
     math_reward,
 )
@@ -36,11 +40,13 @@ __all__ = [
     "answers_match",
     "close_math_workers",
     "code_reward",
+    "code_reward_partial",
     "extract_code",
     "extract_final_answer",
     "make_code_reward",
     "make_math_format_reward",
     "make_math_reward",
+    "math_answer_format_reward",
     "math_format_reward",
     "math_reward",
     "run_code_tests",

@@ -13,13 +13,22 @@ Rules (the tests are trusted dataset content and are parsed with ``ast`` in the 
 * ``Compare``, ``BoolOp``, ``not`` and ``if-else`` nodes are never evaluated in the candidate process;
 * any other candidate-dependent node is sent as one probe if its only constants and test variables are arguments of
   calls to candidate functions (``sorted(add(1, 2))`` is one probe; ``abs(add(1, 2) - 3)`` is split so that the
-  ``3`` stays outside).
+  ``3`` stays outside);
+* an assert that never uses the solution (HumanEval's ``assert True, "..."``) is not a test: it would give every
+  program, even one that exits at once, a floor of credit.
+
+Tests that cannot be split this way (asserts inside loops or helper functions, comparisons inside comprehensions)
+become one *program* test, all or nothing: the whole test program runs in the oracle process with every solution
+name replaced by a stub that calls the candidate process with plain-data arguments and gets plain data back
+(``_sandbox_child.run_program``), so the same guarantees hold: no candidate object, frame or exit code takes part
+in the verdict.
 """
 
 from __future__ import annotations
 
 import ast
 import builtins
+import symtable
 import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -81,6 +90,10 @@ class UnsupportedTests(ValueError):
     """The assert-style tests use a construct this harness cannot check safely."""
 
 
+class _NeedsProgram(UnsupportedTests):
+    """The tests cannot be split into probes and checks; they can still run as one program test."""
+
+
 @dataclass(frozen=True)
 class Check:
     """One top-level assert: ``expr`` is the assert's test with probes replaced by ``__p<i>__`` names."""
@@ -98,6 +111,8 @@ class AssertPlan:
     oracle_setup: tuple[str, ...]
     checks: tuple[Check, ...]
     literals: dict = field(default_factory=dict)  # test names bound to literal values (usable by the parent)
+    program: str | None = None  # set: run this whole test program as the one test (see the module docstring)
+    solution_names: tuple[str, ...] = ()  # program mode: names the test program takes from the solution
 
 
 def _bound_names(stmt: ast.stmt) -> set[str]:
@@ -213,7 +228,7 @@ class _Splitter:
                 self.probes.append(node)
                 return ast.Name(id=f"__p{len(self.probes) - 1}__", ctx=ast.Load())
             # Its comparisons would have to run next to the candidate's objects (all(f(i) == i for i in ...)).
-            raise UnsupportedTests(f"cannot split {ast.unparse(node)!r}: compare outside comprehensions/lambdas")
+            raise _NeedsProgram(f"cannot split {ast.unparse(node)!r}: compare outside comprehensions/lambdas")
         for fname, value in ast.iter_fields(node):
             if isinstance(value, ast.expr):
                 setattr(node, fname, self.split(value))
@@ -252,14 +267,77 @@ def _is_simple(expr: ast.expr, literals: dict) -> bool:
 def plan_asserts(tests: str, entry_point: str | None = None) -> AssertPlan:
     """Build the probe/check plan for assert-style tests (cached: GRPO repeats each row's tests per generation).
 
+    Tests that cannot be split into probes and checks get a plan with ``program`` set: one all-or-nothing test.
+
     >>> plan = plan_asserts("assert add(1, 2) == 3")
     >>> plan.probes, plan.checks[0].expr, plan.checks[0].simple
     (('add(1, 2)',), '__p0__ == 3', True)
+    >>> loop = plan_asserts("for i in range(3):\\n    assert add(i, 1) == i + 1")
+    >>> loop.solution_names, len(loop.checks)
+    (('add',), 1)
     """
     try:
         stmts = ast.parse(tests).body
     except SyntaxError as exc:
         raise UnsupportedTests(f"tests do not parse: {exc}") from exc
+    try:
+        return _split_plan(stmts, entry_point)
+    except _NeedsProgram:
+        return _program_plan(tests, ast.parse(tests).body, entry_point)
+
+
+def _solution_names(source: str) -> set[str]:
+    """Global names the test program reads but never binds (nor are builtins): they come from the solution."""
+    top = symtable.symtable(source, "<tests>", "exec")
+    bound = {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported()}
+    free: set[str] = set()
+    stack = [top]
+    while stack:
+        table = stack.pop()
+        for sym in table.get_symbols():
+            if sym.is_referenced() and (sym.is_global() if table.get_type() != "module" else True):
+                free.add(sym.get_name())
+        stack.extend(table.get_children())
+    return free - bound - _BUILTINS
+
+
+def _program_plan(tests: str, stmts: list[ast.stmt], entry_point: str | None) -> AssertPlan:
+    """The whole test program as one test; see the module docstring."""
+    if not any(isinstance(n, ast.Assert) for n in ast.walk(ast.Module(body=stmts, type_ignores=[]))):
+        raise UnsupportedTests("no assert statement found")
+    program = tests
+    checks = [s for s in stmts if isinstance(s, ast.FunctionDef) and s.name == "check" and len(s.args.args) == 1]
+    called = any(
+        isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and ast.unparse(s.value.func) == "check"
+        for s in stmts
+    )
+    if checks and not called:  # HumanEval: the harness calls check(<entry_point>)
+        if not entry_point or not entry_point.isidentifier():
+            raise UnsupportedTests(
+                "HumanEval-style check(candidate) needs a call check(<fn>) or an entry_point column"
+            )
+        program = f"{tests}\n\ncheck({entry_point})\n"
+        stmts = ast.parse(program).body
+    # Something at module level must run: `def t(): assert f(1)` alone would pass every program.
+    runs = [
+        s
+        for s in stmts
+        if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom))
+    ]
+    if not any(isinstance(n, (ast.Call, ast.Assert)) for s in runs for n in ast.walk(s)):
+        raise UnsupportedTests("the tests define functions but never call them")
+    names = _solution_names(program)
+    stdlib = sorted(n for n in names if n in _STDLIB)  # `math.isclose` relying on the solution's `import math`
+    solution = tuple(sorted(names - set(stdlib)))
+    if not solution:
+        raise UnsupportedTests("the tests never use the solution")
+    if stdlib:
+        program = "".join(f"import {m}\n" for m in stdlib) + program
+    check = Check("<the whole test program>", "", (), False)
+    return AssertPlan((), (), (), (check,), {}, program=program, solution_names=solution)
+
+
+def _split_plan(stmts: list[ast.stmt], entry_point: str | None) -> AssertPlan:
     stmts = _lift_check_function(stmts, entry_point)
     bound: set[str] = set()  # names bound by test statements that do not depend on the candidate
     imports: set[str] = set()
@@ -274,7 +352,7 @@ def plan_asserts(tests: str, entry_point: str | None = None) -> AssertPlan:
             unknown = _used_names(st) - bound - _BUILTINS
         else:
             if any(isinstance(n, ast.Assert) for n in ast.walk(st)):
-                raise UnsupportedTests("asserts must be top-level statements (no loops, ifs or helper functions)")
+                raise _NeedsProgram("asserts must be top-level statements (no loops, ifs or helper functions)")
             unknown = _used_names(st) - bound - _BUILTINS - _bound_names(st)
         for name in unknown:
             # `math.isclose(...)` in MBPP tests often relies on the solution's `import math`: import it test-side.
@@ -297,7 +375,7 @@ def plan_asserts(tests: str, entry_point: str | None = None) -> AssertPlan:
                 except ValueError:
                     literals.pop(st.targets[0].id, None)
     if not asserts:
-        raise UnsupportedTests("no top-level assert statement found")
+        raise _NeedsProgram("no top-level assert statement found")
     implicit = [ast.parse(f"import {m}").body[0] for m in sorted(implicit_imports)]
     splitter = _Splitter(candidate, bound - imports - implicit_imports)
     for st, dep in setup:
@@ -305,14 +383,17 @@ def plan_asserts(tests: str, entry_point: str | None = None) -> AssertPlan:
         # (or a bare call), so no expected value or comparison is evaluated where the candidate can reach it.
         value = st.value if isinstance(st, (ast.Assign, ast.Expr)) else None
         if dep and (value is None or not (splitter.probe_ok(value) or isinstance(value, ast.Name))):
-            raise UnsupportedTests(f"test statement {ast.unparse(st)[:80]!r} mixes the solution with test values")
+            raise _NeedsProgram(f"test statement {ast.unparse(st)[:80]!r} mixes the solution with test values")
     checks = []
     for st in asserts:
         first = len(splitter.probes)
         source = ast.unparse(st)  # before split() rewrites the node in place
         expr = splitter.split(st.test)
         idx = tuple(range(first, len(splitter.probes)))
-        checks.append(Check(source, ast.unparse(expr), idx, _is_simple(expr, literals)))
+        if idx:  # an assert that does not use the solution tests nothing (and would be a free pass)
+            checks.append(Check(source, ast.unparse(expr), idx, _is_simple(expr, literals)))
+    if not checks:
+        raise UnsupportedTests("no assert uses the solution")
     # The candidate process gets the candidate-dependent statements plus the test statements they or the probes
     # need (transitively), never the rest, so test variables holding expected values stay out of its reach.
     needed = set().union(*(_used_names(p) for p in splitter.probes)) if splitter.probes else set()

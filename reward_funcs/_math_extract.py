@@ -23,7 +23,12 @@ _FILLER = re.compile(
 # What a phrase / `####` answer may start with: a number, math, or a lone variable / choice letter.
 _MATHLIKE_START = re.compile(r"(?:[-+−.(\[{\\$\d]|\*\*|[A-Za-z](?![A-Za-z]))")
 _MATH_DELIMS = re.compile(r"\$\$|\$|\\\(|\\\)|\\\[|\\\]")
-_CONNECTIVE = re.compile(r"(?i)^(?:|,|;|/|&|or|and|,or|,and|\\lor|\\vee|\\text\{or\}|\\text\{and\}|\\quad|\\qquad)$")
+_CONNECTIVE = re.compile(r"(?i)^(?:or|and|,or|,and|\\lor|\\vee)$")
+# Between two boxes: `\text{...}` groups (any words) and spacing commands are part of one displayed answer.
+_GAP_TEXT = re.compile(r"\\(?:text|textbf|textit|textrm|textnormal|mbox|mathrm)\s*\{")
+_GAP_SPACING = re.compile(r"\\(?:quad|qquad)(?![A-Za-z])|\\hspace\*?\{[^{}]*\}|\\[,;:!> ]|\\\\|~")
+_SENTENCE_END = re.compile(r"[.!?](?=\s|$)|\n")
+_GAP_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")
 # "the answer is 5, since 2+3=5": the justification after the value is not part of the answer.
 _JUSTIFICATION = re.compile(r"(?i),?\s+(?:since|because|as|which|so|where|given|when|thus|hence|therefore)\b")
 _UNANCHORED_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?")
@@ -214,8 +219,40 @@ def _last_tag(text: str, lower: str) -> _Anchor | None:
     return _Anchor(i, j + len("</answer>"), inner, "tag")
 
 
+def _box_gap(gap: str) -> tuple[bool, str]:
+    """(joins the boxes into one hedged answer, separator to write between them) for the text between two boxes.
+
+    Boxes are one answer unless the text between them starts a new sentence with words in it ("\\boxed{17}. Wait,
+    I made an error: \\boxed{18}" is a self-correction) or holds another anchor (`<answer>`, "Answer:", "the answer
+    is"). Spacing commands, punctuation, connectives and `\\text{...}` groups with any words
+    ("\\boxed{3} \\text{ for part (a) and } \\boxed{4}") never separate two answers.
+    """
+    parts, pos = [], 0
+    for m in _GAP_TEXT.finditer(gap):
+        if m.start() < pos:
+            continue
+        close = _match_brace(gap, m.end() - 1)
+        if close < 0:
+            break
+        parts.append(gap[pos : m.start()])
+        parts.append(" ")
+        pos = close + 1
+    parts.append(gap[pos:])
+    rest = _MATH_DELIMS.sub(" ", _GAP_SPACING.sub(" ", "".join(parts)))
+    if _SENTENCE_END.search(rest) and _GAP_WORD.search(rest):
+        return False, ""
+    lower = rest.lower()
+    if "####" in rest or "<answer>" in lower or "</answer>" in lower or _LINE_ANCHOR.search(rest):
+        return False, ""  # another anchor in between: each is read on its own
+    if _PHRASE_ANCHOR.search(rest):
+        return False, ""
+    compact = "".join(rest.split())
+    sep = f" {compact} " if _CONNECTIVE.match(compact) else ", "
+    return True, sep
+
+
 def _box_answer(text: str, last: _Anchor) -> str | None:
-    """Content of the last box; boxes joined to it by only a connective ("or", ",", "and") are a hedge: keep all."""
+    """Content of the last box; boxes joined to it in the same sentence (see `_box_gap`) are a hedge: keep all."""
     if last.content is None:
         return None
     parts = [last.content]
@@ -224,13 +261,14 @@ def _box_answer(text: str, last: _Anchor) -> str | None:
         prev = _last_box(text, cur.start)
         if prev is None or prev.content is None or prev.end > cur.start:
             break
-        gap = _MATH_DELIMS.sub("", text[prev.end : cur.start]).replace(" ", "").replace("\t", "").replace("\n", "")
-        if len(gap) > 12 or not _CONNECTIVE.match(gap):
+        if cur.start - prev.end > _MAX_SENTENCE:
+            break
+        joined, sep = _box_gap(text[prev.end : cur.start])
+        if not joined:
             break
         cur = prev
         if "".join(prev.content.split()) in {"".join(p.split()) for p in parts[::2]}:
             continue  # the same answer boxed twice is not a hedge
-        sep = {"": ", ", ",": ", ", ";": ", "}.get(gap, f" {gap} ")
         parts.insert(0, sep)
         parts.insert(0, prev.content)
     return "".join(parts)

@@ -28,7 +28,8 @@ _DEGREE_NUMBER = re.compile(
 _PERCENT = re.compile(r"\\?%|\s*\bpercent(?:age)?\b")
 _CURRENCY = re.compile(r"\\\$|\$|€|£|¥|₹|\\euro(?![A-Za-z])|\\pounds(?![A-Za-z])|\bUSD\b|\bEUR\b")
 _THOUSANDS = re.compile(r"^[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
-_LATEX_THOUSANDS = re.compile(r"(?<=\d)\{,\}(?=\d{3}(?!\d))")
+# MATH writes thousands as `10{,}000` or `10,\!000` (also with a space after `\!`): one number, not a list.
+_LATEX_THOUSANDS = re.compile(r"(?<=\d)(?:\{,\}|,\s*\\!)\s*(?=\d{3}(?!\d))")
 _THIN_THOUSANDS = re.compile(r"(?<=\d)\\,(?=\d{3}(?!\d))")
 _UNIT_WORD = re.compile(r"^(?:[A-Za-z]{2,}\.?(?:\^\{?\d\}?|\d)?|[A-Za-z]+/[A-Za-z]+)$")
 _MATH_WORDS = {
@@ -39,7 +40,8 @@ _PLAIN_SQRT = re.compile(r"(?<![A-Za-z\\])sqrt\s*\(([^()]*)\)")
 _PLAIN_PI = re.compile(r"(?<![A-Za-z\\])pi(?![A-Za-z])")
 _PLAIN_INF = re.compile(r"(?<![A-Za-z\\])(?:infinity|inf)(?![A-Za-z])")
 _SHORT_SQRT = re.compile(r"\\sqrt\s*(\d)")
-_SHORT_FRAC = re.compile(r"\\frac\s*(\d)\s*(\d)")
+_FRAC = re.compile(r"\\frac(?![A-Za-z])")
+_CONTROL_WORD = re.compile(r"\\(?:[A-Za-z]+|.)")
 _SCI = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)[eE]([+-]?\d+)(?![\w.])")
 _PM = re.compile(r"\\pm(?![A-Za-z])|\\mp(?![A-Za-z])|±|∓")
 
@@ -54,6 +56,38 @@ _NAME = re.compile(
     r")(?:_\{?[\w\\]+\}?|')*(?:\([^()=]*\))?$"
 )
 _CONSTANTS = {"e", "i", "\\pi", "pi"}
+# Named left sides of a gold such as `(p,q) = (3,2)`, `|AB| = 1`, `S_{ABC}:S = 7:32`, `\\angle ABC = 30`.
+_NAME_DECOR = re.compile(
+    r"^(?:m?\\angle|\\overline|\\widehat|\\overrightarrow|\\vec|\\triangle|\\bar|\\hat)\{?(.*?)\}?$"
+)
+_NAME_ABS = re.compile(r"^(?:\||\\\||\\lvert|\\vert)(.+?)(?:\||\\\||\\rvert|\\vert)$")
+
+
+def _is_name_atom(c: str) -> bool:
+    m = _NAME_ABS.match(c) or _NAME_DECOR.match(c)
+    if m:
+        c = m.group(1)
+    if c.startswith("[") and c.endswith("]"):  # `[ABC]`: area
+        c = c[1:-1]
+    return bool(_NAME.match(c)) and c not in _CONSTANTS
+
+
+def is_name(side: str) -> bool:
+    """Whether one side of an equation only names what is asked: `x`, `f(2)`, `(p,q)`, `|AB|`, `S_{ABC}:S`.
+
+    >>> is_name("(p, q)"), is_name("|AB|"), is_name("S_{ABC}:S"), is_name("x+y"), is_name("(3, 2)")
+    (True, True, True, False, False)
+    """
+    c = compact(side)
+    if not c or c in _CONSTANTS:
+        return False
+    if _is_name_atom(c):
+        return True
+    if len(c) > 2 and c[0] in "([" and c[-1] in ")]":  # a tuple of names
+        items = _top_level_splits(c[1:-1], re.compile(","))
+        return len(items) > 1 and all(_is_name_atom(x) for x in items)
+    parts = _top_level_splits(c, re.compile(r":|/"))  # a ratio of names
+    return len(parts) > 1 and all(_is_name_atom(x) for x in parts)
 
 
 def _text_unwrap(s: str) -> str:
@@ -106,6 +140,46 @@ def _strip_unit_words(s: str) -> str:
     return " ".join(tokens)
 
 
+def _tex_argument(s: str, i: int) -> tuple[str, int] | None:
+    """The TeX argument starting at or after s[i] (a braced group or one token) and the index after it."""
+    while i < len(s) and s[i] == " ":
+        i += 1
+    if i >= len(s) or s[i] == "}":
+        return None
+    if s[i] == "{":
+        depth, j = 0, i
+        while j < len(s):
+            if s[j] == "\\":  # `\{` and `\}` are not grouping braces
+                j += 2
+                continue
+            depth += (s[j] == "{") - (s[j] == "}")
+            if depth == 0:
+                return s[i + 1 : j], j + 1
+            j += 1
+        return None
+    if s[i] == "\\":
+        m = _CONTROL_WORD.match(s, i)
+        return (m.group(), m.end()) if m else None
+    return s[i], i + 1
+
+
+def _braced_fracs(s: str) -> str:
+    """`\\frac12`, `\\frac3{3}`, `\\frac{\\pi}2`, `\\frac\\pi4` -> `\\frac{a}{b}`: TeX takes one token per unbraced argument."""
+    out, pos = [], 0
+    for m in _FRAC.finditer(s):
+        if m.start() < pos:
+            continue
+        a = _tex_argument(s, m.end())
+        b = _tex_argument(s, a[1]) if a else None
+        if b is None:
+            continue
+        out.append(s[pos : m.start()])
+        out.append(f"\\frac{{{_braced_fracs(a[0])}}}{{{_braced_fracs(b[0])}}}")
+        pos = b[1]
+    out.append(s[pos:])
+    return "".join(out)
+
+
 def canonical(answer: str | None) -> str | None:
     """Normalised answer text, or None when there is nothing comparable (empty or longer than MAX_ANSWER_CHARS)."""
     if answer is None:
@@ -131,7 +205,7 @@ def canonical(answer: str | None) -> str | None:
         s = m.group("num")
     s = _strip_unit_words(s)
     s = _SHORT_SQRT.sub(r"\\sqrt{\1}", s)
-    s = _SHORT_FRAC.sub(r"\\frac{\1}{\2}", s)
+    s = _braced_fracs(s)
     s = _PLAIN_SQRT.sub(r"\\sqrt{\1}", s)
     s = _PLAIN_PI.sub(r"\\pi", s)
     s = _PLAIN_INF.sub(r"\\infty", s)
@@ -181,17 +255,31 @@ def _top_level_splits(s: str, seps: re.Pattern) -> list[str]:
 _SEPARATORS = re.compile(r",|;|\s+(?:or|and)\s+|\\(?:lor|vee)(?![A-Za-z])|\\text\{\s*(?:or|and)\s*\}")
 
 
+_PLUS = re.compile(r"\\pm(?![A-Za-z])|±")
+_MINUS = re.compile(r"\\mp(?![A-Za-z])|∓")
+_SIGN_RUN = re.compile(r"[-+](?:\s*[-+])+")
+_LEADING_PLUS = re.compile(r"(^|[{(\[=,])(\s*)\+")
+
+
+def _signs(run: re.Match) -> str:
+    return "-" if run.group().count("-") % 2 else "+"
+
+
 def _expand_pm(part: str) -> list[str]:
-    """`a \\pm b` -> [`a+b`, `a-b`]; only the first top-level sign is expanded (a second one keeps the value
-    multi-valued, see `has_pm`)."""
-    m = next(_top_level_matches(part, _PM), None)
-    if m is None:
+    """`a \\pm b` -> [`a+b`, `a-b`], wherever the sign stands (`\\frac{1 \\pm \\sqrt{5}}{2}` too).
+
+    A `\\pm` is the sign of the term after it, so the two values are the text with every `\\pm` read as `+` (and
+    every `\\mp` as `-`), then the other way round: several signs in one value are correlated, as in
+    `a \\pm b \\mp c`.
+    """
+    if not has_pm(part):
         return [part]
-    head, tail = part[: m.start()].strip(), part[m.end() :].strip()
-    neg_tail = f"-({tail})" if re.search(r"[-+]", tail) else f"-{tail}"
-    if not head:
-        return [tail, neg_tail]
-    return [f"{head}+{tail}", f"{head}{neg_tail}"]
+    out = []
+    for plus, minus in (("+", "-"), ("-", "+")):
+        v = _MINUS.sub(minus, _PLUS.sub(plus, part))
+        v = _LEADING_PLUS.sub(r"\1\2", _SIGN_RUN.sub(_signs, v))
+        out.append(v.strip())
+    return out
 
 
 def split_values(s: str) -> list[str] | None:
@@ -232,7 +320,7 @@ def equation_sides(value: str) -> tuple[list[str], list[str]]:
     sides = [x.strip() for x in sides]
     if len(sides) == 1:
         return [], sides
-    names = [x for x in sides if _NAME.match(compact(x)) and compact(x) not in _CONSTANTS]
+    names = [x for x in sides if is_name(x)]
     values = [x for x in sides if x not in names]
     return names, [v for v in values if v]
 

@@ -100,6 +100,10 @@ class _Comparator:
                     if g.replace(" ", "") == t.replace(" ", ""):
                         return "T"
                     continue
+                if self._degenerate(g) or self._degenerate(t):
+                    continue  # `1:00` vs `12:00`, `\frac{2}{0}` vs `\frac{1}{0}`: a zero denominator equals nothing
+                if self._same_tree(g, t):
+                    return "T"
                 # Numbers and structures of numbers are decided exactly by us first (cheaper than math-verify's
                 # simplify, and exact); anything else goes to math-verify, whose True we then re-check.
                 try:
@@ -113,6 +117,21 @@ class _Comparator:
                 if self.verify(g, t, timeout_seconds=timeout):
                     return "T"
         return "F"
+
+    def _same_tree(self, a, b) -> bool:
+        """The same expression up to the order of commutative arguments. The parser builds unevaluated trees, so
+        `\\sqrt{\\sqrt{7}+5}` and `\\sqrt{5+\\sqrt{7}}` are unequal objects whose difference sympy does not cancel;
+        deciding that by `is_zero` or math-verify's simplify took seconds for nested radicals. `srepr` prints the
+        arguments of Add/Mul in canonical order, so equal printouts are equal expressions."""
+        try:
+            return self.sympy.srepr(a) == self.sympy.srepr(b)
+        except Exception:
+            return False
+
+    def _degenerate(self, x) -> bool:
+        """Holds a division by zero (sympy's zoo) or an undefined value: all such values would compare equal."""
+        sp = self.sympy
+        return isinstance(x, sp.Basic) and x.has(sp.zoo, sp.nan)
 
     # ----- exactness guard: math-verify rounds to 6 digits; we re-check numbers exactly -----
 

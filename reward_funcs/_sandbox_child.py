@@ -11,7 +11,12 @@ supervisor (no second interpreter start):
   channel are the supervisor's, never the candidate's;
 * the **candidate** process drops privileges, applies rlimits, runs the submitted code, and reports the values it
   computed on its own pipe. Those reports are *claims*: the parent compares them with expected values that never
-  enter this process tree, so a forged claim is no better than a wrong answer.
+  enter this process tree, so a forged claim is no better than a wrong answer;
+* in ``program`` mode (test programs that cannot be split into probes, e.g. asserts inside loops) a second forked
+  process, the **oracle**, runs only the test program; its solution names are stubs that send plain-data arguments
+  to the candidate process (a call server) and rebuild its plain-data answers. The verdict is the oracle's, reported
+  on a pipe only the oracle and the supervisor hold; the oracle is not dumpable, so a candidate running under the
+  same uid can neither read its memory nor reach its file descriptors, only kill it (a failure).
 
 The parent (``_sandbox.py``) imports this module only for the plain-data codec (``encode_value``) constants.
 """
@@ -428,6 +433,73 @@ class _Supervisor:
         finally:
             os.close(pidfd)
 
+    def run_program(self) -> None:
+        """One test program, all or nothing: the candidate process serves calls, the oracle process runs the tests."""
+        timeout = float(self.limits["timeout_s"])
+        cpu = int(math.ceil(timeout)) + 1
+        req_r, req_w = os.pipe()  # oracle -> candidate: calls
+        resp_r, resp_w = os.pipe()  # candidate -> oracle: answers
+        cand = self.spawn(req_r, self.devnull, resp_w, cpu)
+        if cand == 0:
+            _candidate_server(self.spec["code"])  # never returns
+        rep_r, rep_w = os.pipe()  # oracle -> supervisor: made after the candidate exists, so it never held it
+        oracle = self.spawn(resp_r, req_w, rep_w, cpu)
+        if oracle == 0:
+            _oracle_program(self.spec, int(self.limits["output_bytes"]))  # never returns
+        for fd in (req_r, req_w, resp_r, resp_w, rep_w):
+            os.close(fd)
+        rec = self._collect_program(oracle, rep_r, timeout)
+        os.close(rep_r)
+        self.kill_candidates()
+        rec["k"] = 0
+        self.emit(rec)
+
+    def _collect_program(self, pid: int, r: int, timeout: float) -> dict:
+        """The oracle's verdict: loading the solution and running the tests get ``timeout`` seconds each."""
+        buf = b""
+        loaded = False
+        deadline = time.monotonic() + timeout
+        pidfd = os.pidfd_open(pid)
+        status = None
+        try:
+            while True:
+                wait = deadline - time.monotonic()
+                if wait <= 0:
+                    self.kill_candidates()
+                    what = "the tests did not finish" if loaded else "the solution module did not finish loading"
+                    return {"o": "timeout", "d": f"{what} within {timeout:g} s"}
+                watch = [r] if status is not None else [r, pidfd]
+                ready, _, _ = select.select(watch, [], [], 0 if status is not None else min(wait, 0.5))
+                if not ready and status is None:
+                    _reap_zombies_except(pid)
+                    continue
+                if pidfd in ready:
+                    status = _wait_status(pid)
+                    os.set_blocking(r, False)
+                try:
+                    chunk = os.read(r, 1 << 16) if (r in ready or status is not None) else b""
+                except BlockingIOError:
+                    chunk = b""
+                buf += chunk
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    try:
+                        rec = json.loads(line)
+                        outcome = rec["o"]
+                    except (ValueError, KeyError, TypeError):
+                        return {"o": "error", "d": "malformed report from the test process"}
+                    if outcome == "loaded" and not loaded:
+                        loaded = True
+                        deadline = time.monotonic() + timeout
+                        continue
+                    if outcome not in ("ok", "error", "memory"):
+                        return {"o": "error", "d": "protocol violation"}
+                    return {"o": outcome, "v": rec.get("v") is True, "d": str(rec.get("d", ""))[:500]}
+                if status is not None and not chunk:
+                    return {"o": "error", "d": f"the test process ended without a verdict ({status})"}
+        finally:
+            os.close(pidfd)
+
     def _fail_rest(self, k: int, outcome: str, detail: str) -> None:
         for i in range(k, len(self.spec["cases"])):
             self.emit({"k": i, "o": outcome, "d": detail})
@@ -678,6 +750,150 @@ def _candidate_calls(spec: dict, start: int, rep: int) -> None:
     os._exit(0)  # skip atexit handlers and non-daemon threads: every result is already reported
 
 
+def _candidate_server(code: str) -> None:
+    """Program mode, candidate side: load the solution, then answer calls ``{"fn", "a", "kw"}`` read from a private
+    copy of fd 0 with ``{"o": "ok", "v"}`` or ``{"o": "raise", "t", "d"}`` on fd 3. Only the return value goes back:
+    changes the solution makes to its arguments stay here, so it cannot rewrite a test's expected value through an
+    argument. Leaving (``SystemExit``, ``os._exit``) ends the conversation, which the oracle reports as a failure."""
+    import builtins
+
+    requests = os.dup(0)
+    os.dup2(2, 0)  # the solution reads an empty stdin
+    g: dict = {"__name__": "__main__", "__builtins__": builtins}
+    failure = None
+    try:
+        exec(compile(code, "<solution>", "exec"), g)
+    except MemoryError:
+        failure = "memory"
+    except BaseException as exc:  # SystemExit included: leaving early is not a pass
+        failure = _describe(exc)
+    if failure is not None:
+        g.clear()
+        _report(3, {"k": -1, "o": "memory" if failure == "memory" else "error", "d": failure})
+        os._exit(0)
+    _report(3, {"k": -1, "o": "loaded"})
+    buf = b""
+    while True:
+        while b"\n" not in buf:
+            chunk = os.read(requests, 1 << 16)
+            if not chunk:
+                os._exit(0)
+            buf += chunk
+        line, buf = buf.split(b"\n", 1)
+        rec = None
+        try:
+            msg = json.loads(line)
+            args = decode_value(msg["a"])
+            value = _resolve_callable(g, msg["fn"])(*args, **decode_value(msg["kw"]))
+            rec = {"o": "ok", "v": encode_value(value)}
+            value = None
+        except MemoryError:
+            pass
+        except Exception as exc:
+            rec = {"o": "raise", "t": type(exc).__name__, "d": _describe(exc)}
+        except BaseException:
+            os._exit(0)
+        _report(3, rec if rec is not None else {"o": "memory", "d": "MemoryError"})
+
+
+class _SolutionError(Exception):
+    """Raised in the tests for an exception of the solution that is not a builtin exception type."""
+
+
+def _rebuilt_exception(type_name: str, detail: str) -> Exception:
+    import builtins
+
+    cls = getattr(builtins, str(type_name), None)
+    if isinstance(cls, type) and issubclass(cls, Exception) and cls not in (StopIteration, StopAsyncIteration):
+        try:
+            return cls(detail)
+        except Exception:
+            pass
+    return _SolutionError(detail)
+
+
+def _oracle_program(spec: dict, cap: int) -> None:
+    """Program mode, test side: run the test program with stubs for the solution's names; report the verdict on
+    fd 3 (``{"o": "ok", "v": true}`` only when the program ran to its end and called the solution)."""
+    import builtins
+
+    answers, calls = os.dup(0), os.dup(1)
+    os.dup2(2, 0)  # the tests' own input/print go nowhere, never into the call channel
+    os.dup2(2, 1)
+    _prctl(_PR_SET_DUMPABLE, 0)  # a same-uid candidate cannot ptrace us or open /proc/<us>/fd
+    buf = bytearray()
+
+    def finish(rec: dict) -> None:
+        _report(3, rec)
+        os._exit(0)
+
+    def answer() -> dict:
+        while b"\n" not in buf:
+            chunk = os.read(answers, 1 << 16)
+            if not chunk:
+                finish({"o": "error", "d": "the solution process ended (or left) before answering"})
+            buf.extend(chunk)
+            if len(buf) > cap:
+                finish({"o": "error", "d": "answer larger than the output limit"})
+        i = buf.index(b"\n")
+        line = bytes(buf[:i])
+        del buf[: i + 1]
+        try:
+            rec = json.loads(line)
+            if type(rec) is not dict or rec.get("o") not in ("ok", "raise", "memory", "loaded", "error"):
+                raise ValueError
+            return rec
+        except ValueError:
+            finish({"o": "error", "d": "malformed answer from the solution process"})
+
+    first = answer()
+    if first.get("o") != "loaded":
+        outcome = "memory" if first.get("o") == "memory" else "error"
+        finish({"o": outcome, "d": "solution did not load: " + str(first.get("d", ""))[:300]})
+    _report(3, {"o": "loaded"})
+    ncalls = [0]
+
+    def stub_for(name: str):
+        def stub(*args, **kwargs):
+            try:
+                payload = {"fn": name, "a": encode_value(list(args)), "kw": encode_value(dict(kwargs))}
+            except NotPlainData as exc:
+                raise TypeError(f"cannot pass to the solution: {exc}") from None
+            ncalls[0] += 1
+            try:
+                _write_all(calls, (json.dumps(payload, separators=(",", ":")) + "\n").encode())
+            except OSError:
+                finish({"o": "error", "d": "the solution process ended (or left)"})
+            rec = answer()
+            if rec["o"] == "memory":
+                finish({"o": "memory", "d": "MemoryError in the solution"})
+            if rec["o"] == "raise":
+                raise _rebuilt_exception(rec.get("t", ""), str(rec.get("d", ""))[:300])
+            if rec["o"] != "ok":
+                finish({"o": "error", "d": "protocol violation by the solution process"})
+            try:
+                value = decode_value(rec.get("v"))
+            except (ValueError, TypeError, RecursionError):
+                finish({"o": "error", "d": "undecodable answer from the solution process"})
+            return value
+
+        stub.__name__ = stub.__qualname__ = name
+        return stub
+
+    g: dict = {"__name__": "__main__", "__builtins__": builtins}
+    for name in spec["names"]:
+        g[name] = stub_for(name)
+    try:
+        exec(compile(spec["test"], "<tests>", "exec"), g)
+    except MemoryError:
+        finish({"o": "memory", "d": "MemoryError in the tests"})
+    except BaseException as exc:  # a failed assert, or an error of (or re-raised from) the solution
+        finish({"o": "ok", "v": False, "d": _describe(exc)})
+    if ncalls[0] == 0:
+        finish({"o": "ok", "v": False, "d": "the tests never called the solution"})
+    finish({"o": "ok", "v": True})
+
+
 def _candidate_stdio(code: str) -> None:
     import io
 
@@ -740,6 +956,8 @@ def main(argv: list[str]) -> int:
         sup.run_stdio()
     elif spec["mode"] == "calls":
         sup.run_calls()
+    elif spec["mode"] == "program":
+        sup.run_program()
     sup.kill_candidates()
     sup.emit({"k": -1, "o": "end"})
     return 0

@@ -4,6 +4,7 @@ Public API (TRL reward signature, see docs/code-sandbox.md):
 
 * :func:`code_reward` ``(completions, tests, **kwargs) -> list[float | None]``: 1.0 when every test passes, else 0.0;
   ``None`` for rows without usable tests (TRL then ignores this function for the row);
+* ``code_reward_partial``: the same with partial credit (the fraction of tests passed);
 * :func:`make_code_reward` returns a configured, picklable reward callable (partial credit, limits, workers);
 * :func:`run_code_tests` returns per-test outcomes (``passed``/``failed``/``error``/``timeout``/``memory``/``skipped``);
 * :func:`extract_code` is the code-block extraction the rewards use.
@@ -11,7 +12,9 @@ Public API (TRL reward signature, see docs/code-sandbox.md):
 Test formats of the ``tests`` column (a JSON string of a dict is accepted too):
 
 * assert-style Python: ``"assert add(1, 2) == 3\\nassert add(0, 0) == 0"`` (or a list of such strings; HumanEval's
-  ``def check(candidate)`` with a ``check(fn)`` call or an ``entry_point`` column is inlined);
+  ``def check(candidate)`` with a ``check(fn)`` call or an ``entry_point`` column is inlined). Each top-level assert
+  that uses the solution is one test; a test program whose asserts sit in loops or helpers is one all-or-nothing
+  test (see ``_assert_plan``);
 * stdin/stdout: ``{"inputs": ["1 2\\n"], "outputs": ["3\\n"]}``;
 * call-based: ``{"fn_name": "add", "inputs": [[1, 2]], "outputs": [3]}`` (``inputs[i]`` is the argument list;
   a ``class Solution`` method of that name is used when there is no such function).
@@ -42,6 +45,7 @@ __all__ = [
     "CodeTestReport",
     "TestOutcome",
     "code_reward",
+    "code_reward_partial",
     "extract_code",
     "make_code_reward",
     "run_code_tests",
@@ -342,6 +346,15 @@ def _run(
         return CodeTestReport(tuple(outcomes), "call", True, backend)
 
     plan = plan_asserts(spec, entry_point)
+    if plan.program is not None:
+        job = {"mode": "program", "code": code, "test": plan.program, "names": list(plan.solution_names)}
+        rec = run(job, lim, **kw).get(0)
+        outcome = _sandbox_outcome(rec)
+        if outcome is None:
+            passed = rec is not None and rec.get("o") == "ok" and rec.get("v") is True
+            detail = "" if passed else str(rec.get("d", "") if rec else "no result")
+            outcome = TestOutcome(0, "passed" if passed else "failed", detail)
+        return CodeTestReport((outcome,), "assert", True, backend)
     values: dict[int, Any] = {}
     probe_fail: dict[int, TestOutcome] = {}
     checks_done: dict[int, TestOutcome] = {}
@@ -643,3 +656,5 @@ def code_reward(completions: Sequence[Any], tests: Sequence[Any] | None = None, 
 
 
 code_reward.columns = CodeReward.columns
+# Like `code_reward`, but the reward is the fraction of the row's tests passed (the CLI's `code_reward_partial`).
+code_reward_partial = make_code_reward(partial_credit=True)

@@ -40,6 +40,7 @@ __all__ = [
     "extract_final_answer",
     "make_math_format_reward",
     "make_math_reward",
+    "math_answer_format_reward",
     "math_format_reward",
     "math_reward",
 ]
@@ -103,8 +104,7 @@ atexit.register(close_math_workers)
 @dataclass(frozen=True)
 class _Prepared:
     canon: str
-    values: tuple[str, ...]  # the stated values (several for lists, `\pm`, "or")
-    nested_pm: bool  # a `\pm` left inside a value (e.g. in a fraction): more than one value
+    values: tuple[str, ...]  # the stated values (several for lists, `\pm` anywhere, "or", several boxes)
 
 
 @lru_cache(maxsize=65536)
@@ -115,7 +115,23 @@ def _prepare(answer: str | None) -> _Prepared | None:
     values = _nz.split_values(canon)
     if not values:
         return None
-    return _Prepared(canon, tuple(values), any(_nz.has_pm(v) for v in values))
+    return _Prepared(canon, _distinct(values))
+
+
+def _distinct(values: list[str]) -> tuple[str, ...]:
+    """The values without repeats that are equal as written or as exact numbers: `5, i.e. 5.0` states one value,
+    not a hedge (the same value in two forms that only sympy can equate still counts as two)."""
+    out, seen = [], set()
+    for v in values:
+        key = _exact(v)
+        if key is None:
+            key = _structure(v)
+        if key is None:
+            key = _nz.compact(v)
+        if key not in seen:
+            seen.add(key)
+            out.append(v)
+    return tuple(out)
 
 
 @lru_cache(maxsize=65536)
@@ -184,7 +200,7 @@ class _Oracle:
 def _compare(p: _Prepared, g: _Prepared, atom: Callable[[str, str], bool]) -> bool:
     if _nz.compact(p.canon) == _nz.compact(g.canon):
         return True
-    if len(p.values) != len(g.values) or (p.nested_pm and not g.nested_pm):
+    if len(p.values) != len(g.values):
         return False  # hedge: several candidates against fewer gold values (or the other way round)
     if len(g.values) == 1:
         return _value_match(p.values[0], g.values[0], atom)
@@ -196,8 +212,6 @@ def _compare(p: _Prepared, g: _Prepared, atom: Callable[[str, str], bool]) -> bo
 def _value_match(p: str, g: str, atom: Callable[[str, str], bool]) -> bool:
     if _nz.compact(p) == _nz.compact(g):
         return True
-    if _nz.has_pm(p) and not _nz.has_pm(g):
-        return False
     p_names, p_vals = _sides(p)
     g_names, g_vals = _sides(g)
     if len(g_vals) != 1:
@@ -497,3 +511,5 @@ def make_math_format_reward(
 
 math_reward = MathReward()
 math_format_reward = MathFormatReward()
+math_answer_format_reward = MathFormatReward(require_think=False, name="math_answer_format_reward")
+"""The format bonus for models that write no `<think>` block: it only asks for an anchored final answer."""

@@ -74,7 +74,7 @@ def test_parse_tests_rejects_malformed(bad):
 def test_unusable_tests_give_none_and_a_warning():
     reward = make_code_reward()
     with pytest.warns(RuntimeWarning, match="unusable tests"):
-        out = reward(["```python\nx=1\n```"], tests=["for i in range(3):\n    assert f(i) == i"])
+        out = reward(["```python\nx=1\n```"], tests=["def t():\n    assert f(1) == 1"])
     assert out == [None]
 
 
@@ -226,18 +226,55 @@ def test_plan_imports_stdlib_modules_used_by_tests():
 @pytest.mark.parametrize(
     "tests",
     [
-        "for i in range(3):\n    assert f(i) == i",
         "x = 1",
-        "def t():\n    assert f(1)",
+        "def t():\n    assert f(1)",  # never called: it would pass every program
         "assert (",
-        "assert all(f(i) == 2 * i for i in range(3))",  # the comparison would run beside the candidate's objects
-        "def helper(x):\n    return f(x) == 3\nassert helper(1)",
-        "ok = f(1) == 2\nassert ok",
+        "assert True",  # tests nothing about the solution
+        "assert 1 + 1 == 2\nx = f",
+        "for i in range(3):\n    assert i == i",
+        "def check(candidate):\n    for i in range(3):\n        assert candidate(i) == i",  # no entry point
     ],
 )
 def test_plan_rejects_unsupported(tests):
     with pytest.raises(UnsupportedTests):
         plan_asserts(tests)
+
+
+@pytest.mark.parametrize(
+    ("tests", "names"),
+    [
+        ("for i in range(3):\n    assert f(i) == i", ("f",)),
+        ("assert all(f(i) == 2 * i for i in range(3))", ("f",)),  # the comparison would run beside f's objects
+        ("def helper(x):\n    return f(x) == 3\nassert helper(1)", ("f",)),
+        ("ok = f(1) == 2\nassert ok", ("f",)),
+        ("for x in [1.0, 2.0]:\n    assert math.isclose(area(x), 3.14159 * x * x, rel_tol=1e-3)", ("area",)),
+    ],
+)
+def test_plan_runs_unsplittable_tests_as_one_program_test(tests, names):
+    plan = plan_asserts(tests)
+    assert plan.program is not None and plan.solution_names == names and len(plan.checks) == 1
+    assert plan.probes == ()  # nothing is evaluated next to the candidate's objects
+
+
+def test_plan_humaneval_check_with_a_loop_calls_check_on_the_entry_point():
+    tests = (
+        "METADATA = {}\n\ndef check(candidate):\n    import random\n    rng = random.Random(0)\n"
+        "    for _ in range(5):\n        xs = [rng.randint(-9, 9) for _ in range(4)]\n"
+        "        assert abs(poly(xs, candidate(xs))) < 1e-4\n"
+    )
+    plan = plan_asserts(tests, "find_zero")
+    assert plan.program.rstrip().endswith("check(find_zero)")
+    assert plan.solution_names == ("find_zero", "poly")  # `poly` comes from the solution, as in HumanEval
+
+
+def test_plan_counts_only_asserts_that_use_the_solution():
+    tests = (
+        "def check(candidate):\n    assert candidate(1) == 2\n"
+        '    assert True, "This prints if this assert fails 1 (good for debugging!)"\n'
+        "    assert candidate(2) == 4\n    assert 1 + 1 == 2\n"
+    )
+    plan = plan_asserts(tests, "double")
+    assert [c.source for c in plan.checks] == ["assert candidate(1) == 2", "assert candidate(2) == 4"]
 
 
 def test_eval_simple_plain_data_only():
@@ -304,3 +341,22 @@ def test_sandbox_failure_gives_none_not_zero(monkeypatch):
     reward = make_code_reward(name="broken_sandbox")
     with pytest.warns(RuntimeWarning, match="no verdict"):
         assert reward(["```python\ndef f(x):\n    return x\n```"], tests=["assert f(1) == 1"]) == [None]
+
+
+def test_every_reward_name_of_the_cli_is_importable_from_reward_funcs():
+    import reward_funcs
+    from trl_dapo_ext.cli.train import REWARD_FUNCS
+
+    for name, factory in REWARD_FUNCS.items():
+        assert name in reward_funcs.__all__, name
+        assert factory() is getattr(reward_funcs, name)
+        assert getattr(reward_funcs, name).__name__ == name
+    assert reward_funcs.code_reward_partial.partial_credit
+
+
+def test_assert_plan_docstring_examples_run():
+    import doctest
+
+    from reward_funcs import _assert_plan
+
+    assert doctest.testmod(_assert_plan).failed == 0

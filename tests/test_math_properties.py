@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 
 from hypothesis import given, settings
@@ -32,15 +33,19 @@ def test_extract_returns_the_last_anchored_answer(chunks, tail):
     text = "".join(f + a.format(v) for f, a, v in chunks) + " " + tail
     last_value = chunks[-1][2]
     got = extract_final_answer(text)
-    if (
-        len(chunks) >= 2
-        and chunks[-2][1].startswith(("\\boxed", "$\\boxed", "\\fbox"))
-        and chunks[-1][1].startswith(("\\boxed", "$\\boxed", "\\fbox"))
-    ):
-        # Two boxes separated only by filler that is empty/a connective count as one hedged answer.
-        gap = chunks[-1][0].replace(" ", "").replace("\n", "")
-        if gap in ("", ",", "."):
-            return
+    boxes = ("\\boxed", "$\\boxed", "\\fbox")
+    # The trailing boxes written in one sentence (no sentence end with words in the filler between them) are one
+    # hedged answer: every value is kept (a repeated value once), so the answer is more than the last value.
+    run = [chunks[-1]]
+    for prev, cur in zip(chunks[-2::-1], chunks[::-1], strict=False):
+        separated = re.search(r"[.!?](?=\s|$)|\n", cur[0]) and re.search(r"[A-Za-z]{2,}", cur[0])
+        if not (prev[1].startswith(boxes) and cur[1].startswith(boxes)) or separated:
+            break
+        run.append(prev)
+    if len(run) > 1:
+        assert got.endswith(last_value)
+        assert (got == last_value) == all(c[2] == last_value for c in run)
+        return
     assert got == last_value
 
 

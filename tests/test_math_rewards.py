@@ -87,9 +87,10 @@ def test_model_text_is_never_evaluated(tmp_path):
 def test_docstring_examples_run():
     import doctest
 
-    from reward_funcs import math_answers
+    from reward_funcs import _math_normalize, math_answers
 
     assert doctest.testmod(math_answers).failed == 0
+    assert doctest.testmod(_math_normalize).failed == 0
 
 
 # ----- the TRL reward-function contract -----

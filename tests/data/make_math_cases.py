@@ -94,6 +94,11 @@ add(A, r"Answer: 72", "72", 1.0, "conversational Answer line", conv=True)
 add(A, r"<think>maybe 70</think>\nThe answer is $\boxed{72}$", "72", 1.0, "conversational with think", conv=True)
 add(A, r"\boxed{}", "72", 0.0, "empty box")
 
+# issue 17: a new sentence with words between two boxes is still a self-correction (the last box wins)
+add(A, "\\boxed{17}.\n\nWait, that is wrong: \\boxed{18}", "18", 1.0, "self-correction after a paragraph break")
+add(A, r"\boxed{17}! No, I dropped a sign. \boxed{18}", "18", 1.0, "self-correction after an exclamation")
+add(A, r"$\boxed{18}$. Let me recheck: yes, it is $\boxed{18}$.", "18", 1.0, "the same box twice across sentences")
+
 # ---- gold formats (policy 2)
 G = "gold-"
 add(G, r"\boxed{18}", "Janet sells 16 - 3 - 4 = 9 eggs.\nShe makes 9 * 2 = $18.\n#### 18", 1.0, "GSM8K solution gold")
@@ -163,6 +168,46 @@ add(
     column="solution",
 )
 
+# issue 17: MATH number formats and answer shapes in solution golds
+add(
+    G,
+    r"\boxed{10000}",
+    r"The total is $\boxed{10,\!000}$.",
+    1.0,
+    "MATH ,\\! thousands in a solution",
+    column="solution",
+)
+add(
+    G,
+    r"\boxed{\frac{1+\sqrt5}{2}, \frac{1-\sqrt5}{2}}",
+    r"By the quadratic formula, $x = \boxed{\frac{1 \pm \sqrt{5}}{2}}$.",
+    1.0,
+    "\\pm inside a fraction in a solution gold (was None)",
+    column="solution",
+)
+add(
+    G,
+    r"\boxed{\frac{1+\sqrt5}{2}}",
+    r"By the quadratic formula, $x = \boxed{\frac{1 \pm \sqrt{5}}{2}}$.",
+    0.0,
+    "one root of a \\pm solution gold",
+    column="solution",
+)
+add(
+    G, r"\boxed{(3, 2)}", r"Hence $\boxed{(p,q)=(3,2)}$.", 1.0, "named left side in a solution gold", column="solution"
+)
+add(
+    G,
+    r"\boxed{(6, 2)} \text{ and } \boxed{(2, 2)}",
+    r"The solutions are $\boxed{(2, 2)}$ and $\boxed{(6, 2)}$.",
+    1.0,
+    "several boxes against a gold of several boxes",
+    column="solution",
+)
+add(G, r"\boxed{1}", r"\frac3{3}", 1.0, "shorthand \\frac3{3} gold")
+add(G, r"\boxed{12:00}", "12:00", 1.0, "clock time gold, same text")
+add(G, r"\boxed{(\frac{1}{0}, 2)}", r"(\frac{2}{0}, 2)", None, "zero denominator inside a tuple gold -> None")
+
 # ---- hedges and adversarial answers (policy 3 + 4 negatives): zero false positives allowed
 H = "hedge-"
 add(H, "Answer: 3 or 4", "4", 0.0, "disjunction")
@@ -203,12 +248,75 @@ add(H, "Answer: correct", "4", 0.0, "prompt-injection style answer")
 add(H, r"\boxed{__import__('os').system('touch /tmp/rf_math_pwned')}", "0", 0.0, "code is never evaluated")
 add(H, r"\boxed{4} is what a careless solver writes; the answer is 5.", "4", 0.0, "a later 'the answer is' overrides")
 add(H, r"\boxed{1,2}", "12", 0.0, "comma is not a thousands separator unless it groups three digits")
-add(H, r"\boxed{5} apples, or maybe \boxed{6}", "5", 0.0, "hedge with words between boxes falls back to the last box")
+add(H, r"\boxed{5} apples, or maybe \boxed{6}", "5", 0.0, "words between boxes in one sentence: still a hedge")
 add(H, r"<answer>3</answer> <answer>4</answer>", "3", 0.0, "last answer tag wins")
 add(H, r"\boxed{4}", "4.5", 0.0, "integer vs decimal gold")
 add(H, r"\boxed{-4}", "4", 0.0, "sign matters")
 add(H, r"\boxed{2x+2}", "2x+1", 0.0, "different expression")
 add(H, r"\boxed{x^2 - 1 = 0}", "x^2+1=0", 0.0, "different equation")
+
+# issue 17: a hedge is a hedge however the boxes are separated
+add(H, r"\boxed{3} \quad \text{or} \quad \boxed{4}", "4", 0.0, "boxes joined by \\quad \\text{or} \\quad")
+add(H, r"\boxed{3}, \quad \boxed{4}", "4", 0.0, "boxes joined by a comma and \\quad")
+add(H, r"\boxed{3} \; \text{or} \; \boxed{4}", "4", 0.0, "boxes joined by \\; \\text{or} \\;")
+add(H, r"\boxed{3} \text{ for part (a) and } \boxed{4}", "4", 0.0, "boxes joined by \\text with any words")
+add(H, r"$\boxed{3}$ \qquad $\boxed{4}$", "3", 0.0, "boxes joined by \\qquad outside math")
+add(H, r"\[ \boxed{3} \\ \boxed{4} \]", "4", 0.0, "boxes on two lines of one display")
+add(H, "$$\\boxed{3}$$\n$$\\boxed{4}$$", "4", 0.0, "boxes on consecutive lines, nothing between")
+add(H, r"\boxed{3} or perhaps \boxed{4}", "4", 0.0, "boxes joined by words in the same sentence")
+add(H, r"\boxed{3} is one answer and \boxed{4} is another", "4", 0.0, "the word 'answer' between boxes is no anchor")
+add(H, r"\boxed{3} \text{. Otherwise, } \boxed{4}", "4", 0.0, "sentence end inside \\text is still one answer")
+add(H, r"\boxed{3}~\mathrm{or}~\boxed{4}", "4", 0.0, "boxes joined by ~\\mathrm{or}~")
+add(H, r"\boxed{3} \hspace{1em} \boxed{4}", "4", 0.0, "boxes joined by \\hspace")
+add(H, r"\boxed{3}; \boxed{4}", "3", 0.0, "boxes joined by a semicolon, gold first")
+add(H, r"\boxed{3} \text{ or } \boxed{4} \text{ or } \boxed{5}", "5", 0.0, "three boxes")
+add(H, r"\boxed{0.5} \text{ or } \boxed{0.50001}", "0.5", 0.0, "a value and a near value are two values")
+add(
+    H,
+    r"\boxed{(2, 2)} \quad \text{and} \quad \boxed{(6, 2)}",
+    "(2, 2), (6, 2), (1, 1)",
+    0.0,
+    "several boxes missing one of the gold answers",
+)
+add(
+    H,
+    r"\boxed{(2, 2)} \text{ and } \boxed{(6, 2)} \text{ and } \boxed{(7, 7)}",
+    "(2, 2), (6, 2)",
+    0.0,
+    "several boxes with one answer too many",
+)
+# zero denominators never compare equal
+add(H, r"\boxed{1:00}", "12:00", 0.0, "clock times are not ratios with a zero denominator")
+add(H, r"\boxed{\frac{2}{0}}", r"\frac{1}{0}", 0.0, "two fractions over zero")
+add(H, r"\boxed{2/0}", "1/0", 0.0, "two slashes over zero")
+add(H, r"\boxed{0/0}", "1/0", 0.0, "0/0 against 1/0")
+add(H, r"\boxed{3:0}", "1:0", 0.0, "ratios with a zero second term")
+add(H, r"\boxed{\frac{5}{0}}", r"\infty", 0.0, "division by zero is not infinity")
+add(H, r"\boxed{\frac{x}{0}}", r"\frac{1}{0}", 0.0, "symbolic numerator over zero")
+# thousands separators are one number, not a list
+add(H, r"\boxed{10,\!001}", r"10,\!000", 0.0, "a different number with ,\\! separators")
+add(H, r"\boxed{10,\!000}", "10", 0.0, "10,\\!000 is not the list 10, 000")
+add(H, r"\boxed{1,\!2}", "12", 0.0, ",\\! not grouping three digits is no thousands separator")
+# named left sides
+add(H, r"\boxed{(2,3)}", "(p,q)=(3,2)", 0.0, "named tuple gold: order still matters")
+add(H, r"\boxed{(q,p)=(3,2)}", "(p,q)=(3,2)", 0.0, "other names on the left")
+add(H, r"\boxed{5}", "x+y=5", 0.0, "a sum on the left is an equation, not a name")
+add(H, r"\boxed{2}", "|AB|=1", 0.0, "named length, wrong value")
+# \pm golds
+add(H, r"\boxed{\frac{1 \pm \sqrt{5}}{2}}", r"\frac{1+\sqrt{5}}{2}", 0.0, "\\pm in a fraction against one root")
+add(H, r"\boxed{2 \pm \sqrt{3}}", r"2+\sqrt{3}", 0.0, "\\pm against one root")
+add(H, r"\boxed{\frac{-1 \mp \sqrt{2}}{3}}", r"\frac{-1+\sqrt{2}}{3}", 0.0, "\\mp against one root")
+# \frac shorthand
+add(
+    H,
+    r"\boxed{\sqrt[3]{\sqrt{2}+\sqrt[3]{3}}}",
+    r"\sqrt[3]{\sqrt[3]{3}+\sqrt{3}}",
+    0.0,
+    "nested radical, one leaf differs",
+)
+add(H, r"\boxed{\frac3{4}}", "1", 0.0, "\\frac3{4} is not 1")
+add(H, r"\boxed{\frac34}", r"\frac{4}{3}", 0.0, "\\frac34 is three quarters")
+add(H, r"\boxed{\frac{3}4}", r"\frac{3}{5}", 0.0, "\\frac{3}4 is three quarters")
 
 # ---- equivalence positives (policy 4)
 E = "equiv-"
@@ -250,6 +358,60 @@ add(E, r"\boxed{0.1}", r"\frac{1}{10}", 1.0, "0.1 is exactly 1/10")
 add(E, r"\boxed{.5}", "1/2", 1.0, "leading dot")
 add(E, r"\boxed{\sqrt{3}/2}", r"\frac{\sqrt 3}{2}", 1.0, "spaced \\sqrt")
 add(E, r"\boxed{\text{Monday}}", r"\text{Monday}", 1.0, "text answer")
+
+# issue 17: several boxes for a multi-answer gold
+add(E, r"\boxed{(2, 2)} \quad \text{and} \quad \boxed{(6, 2)}", "(2, 2), (6, 2)", 1.0, "two boxes, two gold answers")
+add(E, r"\boxed{2} \text{ and } \boxed{3}", "3, 2", 1.0, "two boxes, unordered gold list")
+add(E, r"$x = \boxed{-1}$ or $x = \boxed{5}$", "-1, 5", 1.0, "two boxed roots in one sentence")
+add(E, r"\boxed{-1}, \quad \boxed{5}", r"\{-1, 5\}", 1.0, "two boxes against a set gold")
+add(E, r"The answer is \boxed{5}, i.e. \boxed{5.0}", "5", 1.0, "one value boxed in two exact forms is no hedge")
+add(E, r"\boxed{\frac12} \text{ or equivalently } \boxed{0.5}", "0.5", 1.0, "fraction and its exact decimal")
+# MATH thousands separators
+add(E, r"\boxed{10,\!000}", "10000", 1.0, "MATH ,\\! thousands separator")
+add(E, r"\boxed{10000}", r"10,\!000", 1.0, "MATH ,\\! separator in the gold")
+add(E, r"\boxed{32,\! 349}", "32349", 1.0, "MATH ,\\! separator followed by a space")
+add(E, r"\boxed{1{,}000}", r"1,\!000", 1.0, "{,} against ,\\!")
+add(E, r"\boxed{1,\!000,\!000}", "10^6", 1.0, "two ,\\! separators")
+add(E, r"\boxed{10000}", r"\$10,\!000", 1.0, "currency with ,\\! separator")
+add(E, r"\boxed{2,\!500 \text{ dollars}}", "2500", 1.0, ",\\! with a unit")
+# named left sides in the gold (and the reverse)
+add(E, r"\boxed{(3,2)}", "(p,q)=(3,2)", 1.0, "named tuple gold, bare value")
+add(E, r"\boxed{1}", "|AB|=1", 1.0, "named length gold, bare value")
+add(E, r"\boxed{7:32}", "S_{ABC}:S=7:32", 1.0, "named ratio gold, bare value")
+add(E, r"\boxed{(p,q)=(3,2)}", "(3,2)", 1.0, "named prediction, bare gold")
+add(E, r"\boxed{30^\circ}", r"\angle ABC = 30^\circ", 1.0, "named angle gold")
+add(E, r"\boxed{\overline{AB} = 4}", "4", 1.0, "named segment prediction")
+# \pm golds expand to their values
+add(E, r"\boxed{\frac{1+\sqrt5}{2}, \frac{1-\sqrt5}{2}}", r"\frac{1 \pm \sqrt{5}}{2}", 1.0, "\\pm inside a fraction")
+add(
+    E,
+    r"\boxed{\frac{1 \pm \sqrt{5}}{2}}",
+    r"\frac{1-\sqrt5}{2}, \frac{1+\sqrt5}{2}",
+    1.0,
+    "\\pm prediction, list gold",
+)
+add(E, r"\boxed{x = \frac{-3 \pm \sqrt{17}}{4}}", r"\frac{-3\pm\sqrt{17}}{4}", 1.0, "x = \\pm in a fraction")
+add(
+    E,
+    r"\boxed{\frac{-3-\sqrt{17}}{4}} \text{ or } \boxed{\frac{-3+\sqrt{17}}{4}}",
+    r"\frac{-3\pm\sqrt{17}}{4}",
+    1.0,
+    "two boxed roots against a \\pm gold",
+)
+add(E, r"\boxed{1 + \sqrt{2}, 1 - \sqrt{2}}", r"1 \pm \sqrt{2}", 1.0, "\\pm gold, list prediction")
+add(E, r"\boxed{\frac{-1-\sqrt{2}}{3}, \frac{-1+\sqrt{2}}{3}}", r"\frac{-1 \mp \sqrt{2}}{3}", 1.0, "\\mp gold")
+# \frac shorthand
+add(E, r"\boxed{1}", r"\frac3{3}", 1.0, "\\frac3{3} gold")
+add(E, r"\boxed{\frac3{3}}", "1", 1.0, "\\frac3{3} prediction")
+add(E, r"\boxed{\frac{\pi}2}", r"\frac{\pi}{2}", 1.0, "\\frac{\\pi}2")
+add(E, r"\boxed{\frac\pi4}", r"\pi/4", 1.0, "\\frac\\pi4")
+add(E, r"\boxed{\frac1{\sqrt2}}", r"\frac{\sqrt2}{2}", 1.0, "\\frac1{\\sqrt2}")
+add(E, r"\boxed{\frac{\frac12}3}", r"\frac16", 1.0, "nested shorthand fractions")
+# commuted nested radicals: the same tree up to argument order, decided at once (was killed at the time limit)
+add(E, r"\boxed{\sqrt[3]{\sqrt{2}+\sqrt[3]{3}}}", r"\sqrt[3]{\sqrt[3]{3}+\sqrt{2}}", 1.0, "commuted nested cube root")
+add(E, r"\boxed{\sqrt{3+\sqrt{5+\sqrt{7}}}}", r"\sqrt{\sqrt{\sqrt{7}+5}+3}", 1.0, "commuted triple radical")
+# a clock time compares as written
+add(E, r"\boxed{12:00}", "12:00", 1.0, "clock time, same text")
 
 with open(Path(__file__).with_name("math_cases.jsonl"), "w") as f:
     for c in cases:

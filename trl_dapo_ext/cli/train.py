@@ -52,31 +52,21 @@ from trl_dapo_ext.cli.interrupts import INTERRUPTED_DIR, RunInterrupted, report_
 from trl_dapo_ext.config import DAPOConfig
 
 
-def _math_answer_format_reward():
-    from reward_funcs import make_math_format_reward
-
-    # For instruct models that do not write <think> blocks: the bonus only asks for an anchored final answer.
-    return make_math_format_reward(require_think=False, name="math_answer_format_reward")
-
-
-def _code_reward_partial():
-    from reward_funcs import make_code_reward
-
-    return make_code_reward(partial_credit=True)
-
-
 def _attribute(module: str, name: str) -> Callable[[], Any]:
     return lambda: getattr(importlib.import_module(module), name)
 
 
-# name in the YAML -> factory of the reward callable. Factories, so that naming one reward never imports (or starts
-# worker pools for) the others.
+# name in the YAML -> factory of the reward callable (each name is also an attribute of `reward_funcs`). Factories,
+# so that naming one reward never imports (or starts worker pools for) the others.
 REWARD_FUNCS: dict[str, Callable[[], Any]] = {
-    "math_reward": _attribute("reward_funcs", "math_reward"),
-    "math_format_reward": _attribute("reward_funcs", "math_format_reward"),
-    "math_answer_format_reward": _math_answer_format_reward,
-    "code_reward": _attribute("reward_funcs", "code_reward"),
-    "code_reward_partial": _code_reward_partial,
+    name: _attribute("reward_funcs", name)
+    for name in (
+        "math_reward",
+        "math_format_reward",
+        "math_answer_format_reward",
+        "code_reward",
+        "code_reward_partial",
+    )
 }
 """Reward functions `reward_funcs:` can name. `math_format_reward` wants ``<think>...</think>`` then an anchored
 answer; `math_answer_format_reward` only the anchored answer; `code_reward_partial` gives the fraction of tests
