@@ -36,6 +36,7 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
 from . import compat
+from .backends import check_vllm_server_device
 from .advantages import combine_rewards, group_advantages, normalize_then_sum_advantages
 from .config import DAPOConfig, as_dapo_config
 from .diagnostics import StepTimer, generation_cost, group_metrics, length_metrics, peak_memory_gb, token_metrics
@@ -70,6 +71,7 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
             model_name = model if isinstance(model, str) else get_config_model_id(model.config)
             args = DAPOConfig(f"{model_name.split('/')[-1]}-GRPO")
         args = as_dapo_config(args)
+        check_vllm_server_device(args)  # before TRL waits for a server whose weight sync cannot work here
         if args.dynamic_sampling and "train_dataset" in kwargs:
             kwargs["train_dataset"] = _with_prompt_index(kwargs["train_dataset"])
         super().__init__(model, reward_funcs, args=args, **kwargs)
