@@ -63,8 +63,8 @@ demo: setup
 	$(PY) -m trl_dapo_ext.cli.main demo $(DEMO_ARGS)
 
 lint: setup
-	$(PY) -m ruff check trl_dapo_ext reward_funcs tests benchmarks
-	$(PY) -m ruff format --check trl_dapo_ext reward_funcs tests benchmarks
+	$(PY) -m ruff check trl_dapo_ext reward_funcs tests tests_backends benchmarks
+	$(PY) -m ruff format --check trl_dapo_ext reward_funcs tests tests_backends benchmarks
 
 clean:
 	rm -rf $(VENV) $(ALT_DIR) $(BACKENDS_VENV) .pytest_cache

@@ -27,7 +27,10 @@ def _assert_in_sync(log: RoundLog) -> None:
 
 def test_plain_grpo_trainer_keeps_vllm_in_sync(model_dir, tmp_path):
     trainer = GRPOTrainer(
-        model_dir, reward_funcs=[kind_reward], args=GRPOConfig(**colocate_kwargs(tmp_path)), train_dataset=kind_dataset()
+        model_dir,
+        reward_funcs=[kind_reward],
+        args=GRPOConfig(**colocate_kwargs(tmp_path)),
+        train_dataset=kind_dataset(),
     )
     before = _snapshot(trainer.model)
     log = RoundLog(trainer)

@@ -36,8 +36,8 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
 from . import compat
-from .backends import check_vllm_server_device
 from .advantages import combine_rewards, group_advantages, normalize_then_sum_advantages
+from .backends import check_vllm_server_device
 from .config import DAPOConfig, as_dapo_config
 from .diagnostics import StepTimer, generation_cost, group_metrics, length_metrics, peak_memory_gb, token_metrics
 from .dynamic_sampling import (  # noqa: F401  (re-exported: the public names users import from here)
