@@ -1,9 +1,9 @@
 """Run a reward function on the battery, one completion per call, and tabulate the verdicts per category.
 
 A call that raises is an *exception* (it would crash a training step); a call still running after ``timeout_s`` is
-interrupted and counted as a *timeout* (it would stall one). The interruption is a ``KeyboardInterrupt`` raised in
-the main thread by a timer, so it stops Python code, sleeps and waits; code stuck in native code that never returns
-to the interpreter is stopped by :func:`hard_deadline` instead, which ends the process with a traceback.
+interrupted and counted as a *timeout* (it would stall one). The interruption is a SIGINT that a timer sends to the
+main thread, so it stops Python code, sleeps and waits; code stuck in native code that never returns to the
+interpreter is stopped by :func:`hard_deadline` instead, which ends the process with a traceback.
 
 A false positive is a case that should fail (every category but ``correct``) scoring at least ``threshold``.
 
@@ -19,9 +19,9 @@ Example:
 
 from __future__ import annotations
 
-import _thread
 import faulthandler
 import math
+import signal
 import statistics
 import sys
 import threading
@@ -32,7 +32,7 @@ from typing import Any
 
 from .battery import CATEGORIES, NOT_GATING, Case
 
-DEFAULT_TIMEOUT_S = 10.0
+DEFAULT_TIMEOUT_S = 30.0  # generous: a slow first call (worker start-up on a busy machine) is no hang
 DEFAULT_THRESHOLD = 0.5
 
 
@@ -47,16 +47,20 @@ class CaseResult:
     ms: float = 0.0
 
 
-class _Timeout(Exception):
-    pass
+class _Deadline(BaseException):
+    """Raised inside the reward at its deadline: a BaseException, so ``except Exception`` in a reward cannot eat it."""
 
 
 def call_with_timeout(fn: Callable[[], Any], timeout_s: float) -> Any:
     """``fn()``, or :class:`TimeoutError` once it has run ``timeout_s`` seconds (main thread only).
 
+    At the deadline a timer thread sends SIGINT to the main thread (a real signal, so sleeps and blocking waits
+    wake up) and a temporary handler raises inside ``fn``; a call that returns after its deadline counts as
+    timed out too.
+
     >>> call_with_timeout(lambda: 7, 1.0)
     7
-    >>> call_with_timeout(lambda: time.sleep(5), 0.05)
+    >>> call_with_timeout(lambda: time.sleep(30), 0.05)
     Traceback (most recent call last):
     ...
     TimeoutError: still running after 0.05 s
@@ -65,14 +69,21 @@ def call_with_timeout(fn: Callable[[], Any], timeout_s: float) -> Any:
         raise RuntimeError("call_with_timeout interrupts the main thread: call it from the main thread")
     lock = threading.Lock()
     state = {"done": False, "fired": False}
+    main = threading.main_thread().ident
 
     def fire() -> None:
         with lock:
             if state["done"]:
                 return
             state["fired"] = True
-        _thread.interrupt_main()
+        signal.pthread_kill(main, signal.SIGINT)
 
+    def on_sigint(signum: int, frame: Any) -> None:
+        if state["fired"]:
+            raise _Deadline
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
     timer = threading.Timer(timeout_s, fire)
     timer.daemon = True
     try:
@@ -84,12 +95,13 @@ def call_with_timeout(fn: Callable[[], Any], timeout_s: float) -> Any:
                 state["done"] = True
             timer.cancel()
         if state["fired"]:
-            time.sleep(0.05)  # the interrupt is on its way: let it land inside this try
+            time.sleep(0.05)  # the signal is on its way: let it land inside this try
+            raise _Deadline
         return value
-    except KeyboardInterrupt:
-        if state["fired"]:
-            raise TimeoutError(f"still running after {timeout_s:g} s") from None
-        raise
+    except _Deadline:
+        raise TimeoutError(f"still running after {timeout_s:g} s") from None
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def hard_deadline(seconds: float | None) -> None:
@@ -97,8 +109,9 @@ def hard_deadline(seconds: float | None) -> None:
     and exits with status 1. It runs outside the interpreter, so it fires even when a reward is stuck in native
     code that the timeout of :func:`call_with_timeout` cannot interrupt."""
     faulthandler.cancel_dump_traceback_later()
-    if seconds is not None:
-        faulthandler.dump_traceback_later(seconds, exit=True, file=sys.stderr)
+    stream = sys.__stderr__  # the real stderr: the watchdog writes to its file descriptor, not to a Python object
+    if seconds is not None and stream is not None:
+        faulthandler.dump_traceback_later(seconds, exit=True, file=stream)
 
 
 def _noop(*args: Any, **kwargs: Any) -> None:
