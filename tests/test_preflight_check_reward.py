@@ -182,13 +182,22 @@ def test_cli_exit_status_gates_and_json(tmp_path, monkeypatch, capsys):
     assert rc == 0 and "verdict: pass" in capsys.readouterr().out
     records = json.loads(report.read_text())
     assert {r["category"] for r in records} >= {"correct", "hedge"} and all("score" in r for r in records)
+    # --answer-column renames the gold column to `answer`, as trl-dapo train does.
+    renamed = tmp_path / "gold.jsonl"
+    renamed.write_text(json.dumps({"prompt": "Solve.", "gold": "42"}) + "\n")
+    assert check_reward.main(["weak_rewards:strict", "--dataset", str(renamed), "--answer-column", "gold"]) == 0
+    captured = capsys.readouterr()
+    assert "(column 'answer'" in captured.err and "correct / boxed" not in captured.out  # the boxed gold passed
 
 
 @pytest.mark.parametrize(
     "argv, message",
     [
         (["no_such_reward", "--dataset", "{data}"], "unknown reward function 'no_such_reward'"),
-        (["math_reward", "--dataset", "{data}", "--answer-column", "gold"], "no gold column 'gold'"),
+        (
+            ["math_reward", "--dataset", "{data}", "--answer-column", "gold"],
+            "answer_column 'gold' is not a dataset column",
+        ),
         (["math_reward", "--dataset", "/no/such/file.jsonl"], "does not exist"),
         (["math_reward", "--dataset", "{data}", "--rows", "0"], "--rows must be >= 1"),
         (["math_reward", "--dataset", "{data}", "--timeout", "0"], "--timeout must be positive"),

@@ -244,6 +244,21 @@ def test_history_from_needs_dynamic_sampling_and_an_existing_file(tmp_path):
         DAPOConfig(**base, dynamic_sampling=True, dynamic_sampling_history_from=str(tmp_path / "missing.jsonl"))
 
 
+def test_recipe_supplies_the_settings_and_flags_override_them(tmp_path):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        "model_name_or_path: some/model\ndataset_name: data.jsonl\nprompt_column: question\nnum_generations: 6\n"
+        "temperature: 0.7\nreward_funcs: [math_reward, math_format_reward]\nlearning_rate: 1.0e-5\n"
+    )
+    options = profile_cli.parse_options(["--config", str(recipe)], "trl-dapo profile")
+    assert (options.model, options.dataset, options.prompt_column) == ("some/model", "data.jsonl", "question")
+    assert (options.num_generations, options.temperature) == (6, 0.7)
+    assert options.reward == ["math_reward", "math_format_reward"]
+    assert options.top_p == 1.0  # not in the recipe: TRL's GRPOConfig default, as training would sample
+    options = profile_cli.parse_options(["--config", str(recipe), "--reward", "code_reward", "-G", "4"], "p")
+    assert options.reward == ["code_reward"] and options.num_generations == 4
+
+
 @pytest.mark.parametrize(
     "extra, message",
     [

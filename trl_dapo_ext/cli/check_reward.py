@@ -54,10 +54,14 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--dataset-config", default=None, help="hub dataset configuration (GSM8K: main)")
     parser.add_argument("--split", default="train", help="dataset split (default: train)")
     parser.add_argument(
-        "--answer-column", default=None, help="column with the gold answer (default: answer, else solution)"
+        "--answer-column",
+        default=None,
+        help="column with the gold answer, passed as `answer` like trl-dapo train does (default: answer, solution)",
     )
     parser.add_argument("--prompt-column", default=None, help="column with the prompt (default: prompt if present)")
-    parser.add_argument("--tests-column", default=None, help="code rewards: column with the unit tests (tests)")
+    parser.add_argument(
+        "--tests-column", default=None, help="code rewards: column with the unit tests, passed as `tests`"
+    )
     parser.add_argument(
         "--solution-column", default=None, help="code rewards: column with a reference solution (the correct cases)"
     )
@@ -104,12 +108,15 @@ def load_rows(options) -> tuple[list[dict], str, str]:
 
     if options.rows < 1:
         raise CheckError(f"--rows must be >= 1, got {options.rows}")
-    # Columns are passed as they are (no renaming), so a reward sees the names it would see in training.
+    # The answer / tests columns are renamed to `answer` / `tests` exactly as `trl-dapo train` does, so the reward
+    # sees the keyword arguments it would see in training; without those options the columns keep their names.
     script = TrainScriptArguments(
         dataset_name=options.dataset,
         dataset_config=options.dataset_config,
         dataset_train_split=options.split,
         prompt_column=options.prompt_column or "prompt",
+        answer_column=options.answer_column,
+        tests_column=options.tests_column,
     )
     try:
         try:
@@ -124,13 +131,16 @@ def load_rows(options) -> tuple[list[dict], str, str]:
     except (FileNotFoundError, ValueError, ConnectionError) as error:
         raise CheckError(f"cannot load dataset {options.dataset!r}: {error}") from None
     columns = dataset.column_names
-    gold = options.tests_column or options.answer_column
-    if gold is None:
+    if options.tests_column:
+        gold = "tests"
+    elif options.answer_column:
+        gold = "answer"
+    else:
         gold = next((c for c in ("answer", "solution", "tests") if c in columns), None)
-    if gold is None or gold not in columns:
+    if gold is None:
         raise CheckError(
-            f"no gold column {gold!r} in the dataset; give --answer-column (math) or --tests-column (code); "
-            f"columns: {sorted(columns)}"
+            "no gold column (answer, solution or tests) in the dataset; give --answer-column (math) or "
+            f"--tests-column (code); columns: {sorted(columns)}"
         )
     if options.solution_column is not None and options.solution_column not in columns:
         raise CheckError(f"--solution-column {options.solution_column!r} is not a column; columns: {sorted(columns)}")

@@ -129,12 +129,14 @@ def parse_options(argv: list[str] | None, prog: str) -> argparse.Namespace:
     """Flags, with a recipe's keys (``--config``) as defaults under them."""
     parser = _parser(prog)
     first = parser.parse_args(argv)
+    flag_rewards = first.reward  # --reward flags replace the recipe's reward_funcs (not add to them)
     if first.config:
         recipe = _read_recipe(first.config)
         parser.set_defaults(**{RECIPE_KEYS[k]: v for k, v in recipe.items() if k in RECIPE_KEYS and v is not None})
+        parser.set_defaults(reward=None)
         first = parser.parse_args(argv)
-        if isinstance(first.reward, str):
-            first.reward = [first.reward]
+        rewards = recipe.get("reward_funcs")
+        first.reward = flag_rewards or ([rewards] if isinstance(rewards, str) else rewards)
     for name in SAMPLING:
         if getattr(first, name) is None:
             setattr(first, name, _grpo_default(name))

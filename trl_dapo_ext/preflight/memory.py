@@ -149,9 +149,11 @@ class ModelShape:
         return self.embedding_parameters() + self.layers * per_layer + self.hidden
 
     def lora_parameters(self, r: int, targets: str | list[str] | None = "all-linear") -> int:
-        """``r x (in + out)`` per targeted linear layer of every block."""
+        """``r x (in + out)`` per targeted linear layer of every block (None: PEFT's default, q_proj and v_proj)."""
         shapes = self.linear_shapes()
-        if targets in (None, "all-linear", ["all-linear"]):
+        if targets is None:
+            names = ["q_proj", "v_proj"]
+        elif targets in ("all-linear", ["all-linear"]):
             names = list(shapes)
         else:
             names = [t for t in ([targets] if isinstance(targets, str) else targets) if t in shapes]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import faulthandler
 import math
+import numbers
 import signal
 import statistics
 import sys
@@ -121,7 +122,7 @@ def _noop(*args: Any, **kwargs: Any) -> None:
 def _as_score(value: Any) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if not isinstance(value, numbers.Real):  # TRL turns the list into a float tensor: numbers (and bools) only
         raise TypeError(f"returned {value!r} ({type(value).__name__}); a reward must be a float or None")
     return float(value)
 
