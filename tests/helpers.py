@@ -70,3 +70,9 @@ class RoundRecorder:
             return output
 
         trainer._generate_and_score_completions = recorded
+
+
+def first_char_digit_reward(completions, **kwargs):
+    """A binary reward whose pass rate varies by prompt for a random tiny model: the completion starts with a digit."""
+    texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+    return [1.0 if t[:1].isdigit() else 0.0 for t in texts]

@@ -4,10 +4,7 @@ exception the package defines is in the troubleshooting page, and every link to 
 from __future__ import annotations
 
 import re
-import runpy
 import tomllib
-from contextlib import redirect_stdout
-from io import StringIO
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,13 +42,18 @@ def test_every_docs_path_named_in_the_repository_exists():
     assert not merged, f"{merged} exist now: remove them from PENDING_PAGES (and add them to mkdocs.yml's nav)"
 
 
-def test_memory_page_holds_the_estimate_script_output():
-    output = StringIO()
-    with redirect_stdout(output):
-        runpy.run_path(str(ROOT / "docs" / "memory_estimate.py"), run_name="__main__")
+def test_memory_page_rows_are_what_trl_dapo_estimate_computes():
+    """docs/memory.md's first two rows, recomputed by the formulas `trl-dapo estimate` uses."""
+    from trl_dapo_ext.preflight.memory import PUBLISHED, ModelShape, Recipe, estimate
+
+    shape = ModelShape.from_config(PUBLISHED["Qwen/Qwen2.5-0.5B"])
+    common = dict(use_peft=True, per_device_train_batch_size=16, gradient_accumulation_steps=4, prompt_length=200)
+    common.update(max_completion_length=512, dynamic_sampling=True)
     page = (ROOT / "docs" / "memory.md").read_text()
-    stale = [line for line in output.getvalue().splitlines() if line.strip() and line not in page]
-    assert not stale, f"docs/memory.md is stale: run `python docs/memory_estimate.py` and paste: {stale[:3]}"
+    for recipe in ({**common, "dynamic_sampling_max_oversample": 2.0}, {**common, "use_vllm": True}):
+        result = estimate(shape, Recipe.from_dict(recipe))
+        row = " | ".join(f"{value:.2f}" for value in [*result.parts.values(), result.trainer_gib])
+        assert row in page, f"docs/memory.md is stale: no row with {row}; rerun trl-dapo estimate"
 
 
 def test_troubleshooting_names_every_exception_the_package_defines():

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import os
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig
@@ -59,6 +60,9 @@ class DAPOConfig(GRPOConfig):
     dynamic_sampling_skip_window (`int`, defaults to `0`), dynamic_sampling_skip_floor (`float`, defaults to `0.1`):
         Prompt-history skipping of refill prompts that were zero-variance in their last k groups, with an
         exploration floor.
+    dynamic_sampling_history_from (`str` or `None`, defaults to `None`):
+        A `trl-dapo profile` table (`prompts.jsonl`) of this training dataset: seeds the prompt history (and so the
+        planner's strata and skipping) with each prompt's measured outcome before the first step.
     dynamic_sampling_on_exhausted (`str`, defaults to `"error"`):
         When the budget runs out: `"error"` raises with the counts; `"fill"` completes the batch with the closest
         uninformative groups, masked out of the loss, and warns once.
@@ -172,6 +176,13 @@ class DAPOConfig(GRPOConfig):
             "help": "Prompt-history skipping: chance that a skippable prompt is generated anyway (exploration)."
         },
     )
+    dynamic_sampling_history_from: str | None = field(
+        default=None,
+        metadata={
+            "help": "Path to a trl-dapo profile table (prompts.jsonl) of this same training dataset: seeds the prompt "
+            "history with each prompt's measured pass rate before the first step."
+        },
+    )
     dynamic_sampling_on_exhausted: str = field(
         default="error",
         metadata={
@@ -275,6 +286,11 @@ class DAPOConfig(GRPOConfig):
 
     def _validate_dynamic_sampling_fields(self) -> None:
         if not self.dynamic_sampling:
+            if self.dynamic_sampling_history_from is not None:
+                raise ValueError(
+                    "dynamic_sampling_history_from seeds the prompt history of dynamic sampling; set "
+                    "dynamic_sampling=True or drop it."
+                )
             return
         if isinstance(self.dynamic_sampling_max_rounds, bool) or not (
             isinstance(self.dynamic_sampling_max_rounds, int) and self.dynamic_sampling_max_rounds >= 1
@@ -313,6 +329,11 @@ class DAPOConfig(GRPOConfig):
             raise ValueError(
                 f"dynamic_sampling_skip_window={self.dynamic_sampling_skip_window} must be >= 0 (0 = off) and "
                 f"dynamic_sampling_skip_floor={self.dynamic_sampling_skip_floor} in [0, 1]."
+            )
+        if self.dynamic_sampling_history_from is not None and not os.path.isfile(self.dynamic_sampling_history_from):
+            raise ValueError(
+                f"dynamic_sampling_history_from={self.dynamic_sampling_history_from!r} does not exist; give the "
+                "prompts.jsonl that `trl-dapo profile --output-dir DIR` wrote, or None."
             )
         if not self.dynamic_sampling_std_tolerance >= 0:
             raise ValueError(

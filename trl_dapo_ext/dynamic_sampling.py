@@ -153,10 +153,25 @@ class DynamicSamplingMixin:
             seed=seed,
             generations=self.num_generations,
         )
+        if args.dynamic_sampling_history_from is not None:
+            self._seed_prompt_history(args.dynamic_sampling_history_from, len(dataset))
         self._round_indices: list[int] = []  # dataset index of each of this process's groups in the current round
         self._skip_counts = [0, 0, 0]  # this step: skipped, readmitted, forced refill prompts
         self._reward_range = [math.inf, -math.inf]  # filter-reward extremes seen so far (all_max / all_min split)
         self._warned_fill = False
+
+    def _seed_prompt_history(self, path: str, dataset_size: int) -> None:
+        """Record a `trl-dapo profile` table in the prompt history (every process reads the same file)."""
+        from .preflight.difficulty import read_table, seed_history
+
+        table = read_table(path)
+        outside = [row.index for row in table if not 0 <= row.index < dataset_size]
+        if outside:
+            raise ValueError(
+                f"dynamic_sampling_history_from={path!r} has dataset indices up to {max(outside)}, but train_dataset "
+                f"has {dataset_size} rows: profile this same dataset (same rows, same order)."
+            )
+        seed_history(self.prompt_history, table)
 
     def _resolve_filter_reward_funcs(self, selection: list[str] | None) -> list[int]:
         names = self.reward_func_names

@@ -24,6 +24,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "trl_dapo_ext.cli.train",
         "train from a YAML recipe (TrlParser: every TRL/DAPO field is a key and a flag)",
     ),
+    # Preflight (docs/preflight.md): test the reward, profile the data's difficulty, estimate a step's cost.
+    "check-reward": ("trl_dapo_ext.cli.check_reward", "test a reward function on a battery of good and bad answers"),
+    "profile": ("trl_dapo_ext.cli.profile", "pass rate per prompt at group size G: zero-variance share, lengths"),
+    "estimate": ("trl_dapo_ext.cli.estimate", "generated tokens per step and GPU memory of a recipe"),
 }
 
 

@@ -1,0 +1,221 @@
+"""`trl-dapo check-reward`: the battery flags weak rewards (substring match, TRL's accuracy_reward, an exit-code
+test harness), passes the library's rewards apart from the verifier holes listed below, and reports timeouts and
+exceptions by their verdict; bad input exits with status 2 and one line."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from trl_dapo_ext.cli import check_reward
+from trl_dapo_ext.cli import main as cli_main
+from trl_dapo_ext.preflight.battery import CATEGORIES, code_cases, gold_text, math_cases, parse_number, wrong_answers
+from trl_dapo_ext.preflight.reward_check import call_with_timeout, failed, findings, run_cases, summarize
+
+GOLDS = ["42", "\\frac{1}{2}", "-3", "1,000", "3.5", "She had 3 + 4 = 7.\n#### 7", "x+1", "\\frac{x}{2}"]
+
+# Holes of reward_funcs.math_reward that the battery finds on the current verifier (see the report of issue 22).
+# Issue 17 fixes the first two kinds; the test only requires that nothing *else* is rewarded.
+KNOWN_MATH_REWARD_HOLES = {
+    ("hedge", "or maybe"),  # "\boxed{43} or maybe \boxed{42}": boxes joined by "or maybe" are not seen as a hedge
+    ("math_edge", "zero denominator"),  # \frac{x+1}{0} equals a symbolic gold x+1
+    ("math_edge", "slash zero"),
+    ("near_miss", "scale word (thousand)"),  # "42 \text{ thousand}": the scale word is dropped like a unit
+}
+
+
+def _substring(completions, answer, **kwargs):
+    """The deliberately weak reward: 1.0 when the gold appears anywhere in the completion."""
+    texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+    return [float(str(a) in t) for t, a in zip(texts, answer)]
+
+
+def _quick(cases):
+    """The battery without the slow repeats: a power tower costs a verifier its full time limit, once is enough."""
+    return [c for c in cases if c.name != "power tower" or c.row == 0]
+
+
+def _rows(golds):
+    return [{"prompt": "Solve.", "answer": g, "solution": g} for g in golds]
+
+
+def _false_positive_names(results):
+    return {(r.case.category, r.case.name) for r in results if not r.case.should_pass and (r.score or 0) >= 0.5}
+
+
+def test_battery_covers_every_category_and_the_near_misses_are_wrong():
+    cases = math_cases(GOLDS)
+    assert {c.category for c in cases} == set(CATEGORIES) - {"code_cheat"}
+    assert all(c.category == "correct" for c in cases if c.should_pass)
+    assert gold_text(GOLDS[5]) == "7"
+    for gold in ("42", "-3", "3.5", "\\frac{1}{2}", "1,000", "0"):
+        for name, answer in wrong_answers(gold):
+            assert parse_number(answer.split(" ")[0]) != parse_number(gold) or "thousand" in answer, (gold, name)
+    names = {c.name for c in math_cases(["42"]) if c.category == "near_miss"}
+    assert {"off by one (+1)", "off by one (-1)", "sign flipped", "digits swapped"} <= names
+    assert {c.category for c in code_cases(["assert f(1) == 2"], ["def f(x):\n    return x + 1"])} == {
+        "correct",
+        "code_cheat",
+        "degenerate",
+        "injection",
+    }
+
+
+def test_weak_substring_reward_is_flagged():
+    results = run_cases(_substring, math_cases(GOLDS), _rows(GOLDS), chat=True)
+    table = summarize(results)
+    assert failed(table)
+    for category in ("hedge", "mentioned", "unfinished"):
+        assert table[category].false_positives > 0, category
+    assert any(line.startswith("DANGER: false positive, hedge") for line in findings(results))
+
+
+def test_library_math_reward_has_no_false_positive_beyond_the_known_holes():
+    from reward_funcs import math_reward
+
+    # A generous limit: a timeout here would be a hang, not a slow machine (the verifier has its own 5 s limit).
+    results = run_cases(math_reward, _quick(math_cases(GOLDS)), _rows(GOLDS), chat=True, timeout_s=300)
+    table = summarize(results)
+    assert _false_positive_names(results) - {(c, n) for c, n in KNOWN_MATH_REWARD_HOLES} <= {
+        ("units", "wrong unit"),
+        ("units", "percent sign"),  # documented policy: units and % are dropped (not gating)
+    }
+    assert table["correct"].passed == table["correct"].cases  # every gold format is accepted
+    assert sum(row.exceptions + row.timeouts for row in table.values()) == 0
+
+
+def test_trl_accuracy_reward_false_positives_are_found():
+    pytest.importorskip("math_verify")
+    from trl.rewards import accuracy_reward
+
+    golds = GOLDS[:3]
+    results = run_cases(accuracy_reward, _quick(math_cases(golds)), _rows(golds), chat=True, timeout_s=300)
+    found = _false_positive_names(results)
+    # TRL reads the last of several boxes in separate math environments, and reads reasoning that never closed.
+    assert {("hedge", "two boxes, space"), ("hedge", "boxes, newline"), ("unfinished", "unclosed <think>")} <= found
+    assert failed(summarize(results))
+
+
+def test_timeouts_and_exceptions_are_verdicts_not_hangs():
+    import time
+
+    def fragile(completions, answer, **kwargs):
+        text = completions[0]
+        if len(text) > 10_000:
+            time.sleep(60)  # a reward that hangs on huge inputs
+        if not text:
+            raise ValueError("empty completion")
+        return [0.0]
+
+    cases = [c for c in math_cases(["42"]) if c.category == "degenerate"]
+    table = summarize(run_cases(fragile, cases, _rows(["42"]), chat=False, timeout_s=0.5))["degenerate"]
+    assert table.timeouts == 2  # huge text, huge number
+    assert table.exceptions == 1  # empty
+    with pytest.raises(TimeoutError):
+        call_with_timeout(lambda: time.sleep(30), 0.2)
+
+
+def test_code_battery_catches_an_exit_code_harness_and_passes_the_sandbox(tmp_path):
+    import subprocess
+    import sys
+
+    from reward_funcs import code_reward, extract_code
+
+    def exit_code_harness(completions, tests, **kwargs):
+        """A weak judge: run the program followed by the asserts, pass when the exit status is 0."""
+        out = []
+        for completion, test in zip(completions, tests):
+            code = extract_code(completion)
+            if code is None:
+                out.append(0.0)
+                continue
+            try:
+                proc = subprocess.run(
+                    [sys.executable, "-c", code + "\n" + test], capture_output=True, timeout=5, cwd=tmp_path
+                )
+                out.append(float(proc.returncode == 0))
+            except subprocess.TimeoutExpired:
+                out.append(0.0)
+        return out
+
+    tests = ["assert add(1, 2) == 3\nassert add(0, 0) == 0"]
+    rows = [{"prompt": "Write add.", "tests": tests[0]}]
+    cases = code_cases(tests, ["def add(a, b):\n    return a + b"])
+    cases = [c for c in cases if c.name not in ("huge program", "infinite loop")]  # keep the test short
+    weak = _false_positive_names(run_cases(exit_code_harness, cases, rows, chat=False))
+    assert {
+        ("code_cheat", "sys.exit(0)"),
+        ("code_cheat", "os._exit(0)"),
+        ("code_cheat", "always-equal object"),
+    } <= weak
+    sandbox = summarize(run_cases(code_reward, cases, rows, chat=False))
+    assert not failed(sandbox) and sandbox["correct"].passed == 1
+
+
+def _write_dataset(tmp_path, golds, column="answer"):
+    path = tmp_path / "data.jsonl"
+    path.write_text("".join(json.dumps({"prompt": "Solve.", column: g}) + "\n" for g in golds))
+    return path
+
+
+def test_cli_exit_status_gates_and_json(tmp_path, monkeypatch, capsys):
+    (tmp_path / "weak_rewards.py").write_text(
+        textwrap.dedent(
+            """
+            def substring(completions, answer, **kwargs):
+                return [float(str(a) in c[-1]["content"]) for c, a in zip(completions, answer)]
+
+            def strict(completions, answer, **kwargs):
+                return [float(c[-1]["content"] == f"The answer is $\\\\boxed{{{a}}}$.") for c, a in zip(completions, answer)]
+            """
+        )
+    )
+    monkeypatch.chdir(tmp_path)
+    data = _write_dataset(tmp_path, ["42", "17"])
+    assert cli_main.main(["check-reward", "weak_rewards:substring", "--dataset", str(data)]) == 1
+    out = capsys.readouterr().out
+    assert "| hedge |" in out and "DANGER: false positive" in out and "verdict: FAIL" in out
+    report = tmp_path / "verdicts.json"
+    rc = check_reward.main(["weak_rewards.strict", "--dataset", str(data), "--json", str(report)])
+    assert rc == 0 and "verdict: pass" in capsys.readouterr().out
+    records = json.loads(report.read_text())
+    assert {r["category"] for r in records} >= {"correct", "hedge"} and all("score" in r for r in records)
+    # --answer-column renames the gold column to `answer`, as trl-dapo train does.
+    renamed = tmp_path / "gold.jsonl"
+    renamed.write_text(json.dumps({"prompt": "Solve.", "gold": "42"}) + "\n")
+    assert check_reward.main(["weak_rewards:strict", "--dataset", str(renamed), "--answer-column", "gold"]) == 0
+    captured = capsys.readouterr()
+    assert "(column 'answer'" in captured.err and "correct / boxed" not in captured.out  # the boxed gold passed
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["no_such_reward", "--dataset", "{data}"], "unknown reward function 'no_such_reward'"),
+        (
+            ["math_reward", "--dataset", "{data}", "--answer-column", "gold"],
+            "answer_column 'gold' is not a dataset column",
+        ),
+        (["math_reward", "--dataset", "/no/such/file.jsonl"], "does not exist"),
+        (["math_reward", "--dataset", "{data}", "--rows", "0"], "--rows must be >= 1"),
+        (["math_reward", "--dataset", "{data}", "--timeout", "0"], "--timeout must be positive"),
+        (["nomodule_xyz:f", "--dataset", "{data}"], "cannot import reward function"),
+    ],
+)
+def test_cli_bad_input_is_one_line_and_status_2(tmp_path, capsys, argv, message):
+    data = _write_dataset(tmp_path, ["42"])
+    assert check_reward.main([a.replace("{data}", str(data)) for a in argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("trl-dapo check-reward: error:") and message in err[-1]
+
+
+def test_help_lists_the_three_preflight_commands(capsys):
+    with pytest.raises(SystemExit):
+        cli_main.main(["--help"])
+    out = capsys.readouterr().out
+    assert "check-reward" in out and "profile" in out and "estimate" in out
+    with pytest.raises(SystemExit):
+        check_reward.main(["--help"])
+    assert "false positive" in capsys.readouterr().out

@@ -1,0 +1,149 @@
+"""`trl-dapo estimate`: the seeds' worked numbers, the formulas on the recipes, and bad input in one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trl_dapo_ext.cli import estimate as estimate_cli
+from trl_dapo_ext.preflight.memory import (
+    ADAMW_MIXED_BYTES,
+    GIB,
+    PUBLISHED,
+    ModelShape,
+    Recipe,
+    estimate,
+    kv_bytes_per_position,
+    kv_cache_bytes,
+    tokens_per_step,
+)
+
+RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+KIB = 2**10
+
+# The seeds' model: 32 layers, 8 KV heads of dimension 128, bf16 (a Llama-3-8B-like shape).
+SEED_CONFIG = dict(
+    num_hidden_layers=32,
+    hidden_size=4096,
+    intermediate_size=14336,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    head_dim=128,
+    vocab_size=128_256,
+    tie_word_embeddings=False,
+)
+
+
+def test_kv_cache_worked_numbers_of_the_seeds():
+    per_position = kv_bytes_per_position(layers=32, kv_heads=8, head_dim=128, bytes_per_value=2)
+    assert per_position == 131_072 == 128 * KIB
+    assert ModelShape.from_config(SEED_CONFIG).head_dim == 128
+    assert kv_cache_bytes(per_position, sequences=1, prompt=1024, completion=7168) == 1 * GIB  # 8,192 positions
+    assert kv_cache_bytes(per_position, sequences=8, prompt=1024, completion=7168) == 8 * GIB  # 8 concurrent answers
+    assert kv_cache_bytes(per_position, sequences=64, prompt=1024, completion=7168) == 64 * GIB
+    shared = kv_cache_bytes(per_position, sequences=8, prompt=1024, completion=7168, share_prompt=True)
+    assert shared == 7.125 * GIB  # 0.125 GiB of shared prompt + 8 x 0.875 GiB
+    assert kv_cache_bytes(per_position, 8, 1024, 7168) - shared == 0.875 * GIB  # the saving, in that active batch
+
+
+def test_mixed_precision_adamw_is_16_bytes_per_parameter():
+    assert ADAMW_MIXED_BYTES == 16
+    shape = ModelShape.from_config(PUBLISHED["Qwen/Qwen2.5-7B"])
+    result = estimate(shape, Recipe(use_peft=False, beta=0.0))
+    state = (result.parts["weights"] + result.parts["optimizer and gradients"]) * GIB
+    assert state / shape.parameters() == pytest.approx(16.0)
+    assert state / 1e9 == pytest.approx(16 * 7.6155, rel=1e-3)  # the seeds' "roughly 112 GB at 7B" (7.6B here)
+    with_ref = estimate(shape, Recipe(use_peft=False, beta=0.04))
+    assert with_ref.parts["reference model"] * GIB == pytest.approx(2 * shape.parameters())  # +2 bytes/parameter
+    sharded = estimate(shape, Recipe(use_peft=False, num_processes=4, zero_stage=2))
+    assert sharded.parts["optimizer and gradients"] == pytest.approx(result.parts["optimizer and gradients"] / 4)
+
+
+def test_tokens_per_step_and_shapes():
+    assert tokens_per_step(64 * 8, 1000) == 512_000  # the seeds' example
+    assert round(ModelShape.from_config(PUBLISHED["Qwen/Qwen2.5-0.5B"]).parameters() / 1e6) == 494
+    assert round(ModelShape.from_config(PUBLISHED["Qwen/Qwen2.5-1.5B"]).parameters() / 1e6) == 1544
+    shape = ModelShape.from_config({"text_config": SEED_CONFIG})  # a multimodal config's text part
+    assert shape.lora_parameters(16, ["q_proj", "v_proj"]) == 32 * 16 * ((4096 + 4096) + (4096 + 1024))
+    with pytest.raises(ValueError, match="num_hidden_layers"):
+        ModelShape.from_config({"hidden_size": 8})
+
+
+def test_recipes_reproduce_the_published_memory_table():
+    """docs/memory.md's table (computed before by a script of its own) from the same formulas."""
+    shape = ModelShape.from_config(PUBLISHED["Qwen/Qwen2.5-0.5B"])
+    common = dict(use_peft=True, per_device_train_batch_size=16, gradient_accumulation_steps=4, prompt_length=200)
+    common.update(max_completion_length=512, dynamic_sampling=True)
+    transformers = estimate(shape, Recipe.from_dict({**common, "dynamic_sampling_max_oversample": 2.0}))
+    parts = {k: round(v, 2) for k, v in transformers.parts.items()}
+    assert parts == {"weights": 0.92, "LoRA and optimizer": 0.13, "activations": 1.93, "KV cache": 1.04}
+    assert round(transformers.trainer_gib, 2) == 5.43
+    vllm = estimate(shape, Recipe.from_dict({**common, "use_vllm": True}))
+    assert round(vllm.trainer_gib, 2) == 4.23 and vllm.verdicts["L4 24GB"] == "fits (~11)"
+    assert vllm.verdicts["T4 16GB"].startswith("no (no bf16")
+
+
+def test_profile_lengths_and_retention_drive_the_cost():
+    shape = ModelShape.from_config(PUBLISHED["Qwen/Qwen2.5-0.5B"])
+    recipe = Recipe(per_device_train_batch_size=16, gradient_accumulation_steps=4, max_completion_length=512)
+    recipe.dynamic_sampling = True
+    worst = estimate(shape, recipe)
+    profiled = estimate(shape, recipe, mean_completion_length=200.0, retention=0.5)
+    assert worst.tokens_per_step == 64 * 512
+    assert profiled.tokens_per_step == 64 / 0.5 * 200.0
+    assert profiled.parts == worst.parts  # memory is sized for max_completion_length either way
+
+
+def test_cli_on_every_recipe_and_with_a_profile(tmp_path, capsys):
+    for recipe in sorted(RECIPES.glob("*.yaml")):
+        assert estimate_cli.main(["--config", str(recipe)]) == 0, recipe
+        out = capsys.readouterr().out
+        assert "| H200 141GB |" in out and "KV cache" in out and "tokens" in out
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    (profile / "summary.json").write_text(
+        json.dumps(dict(mean_completion_length=100.0, mean_prompt_length=50.0, expected_retention=0.25))
+    )
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(SEED_CONFIG))
+    report = tmp_path / "estimate.json"
+    argv = ["--config", str(RECIPES / "gsm8k_lora_1gpu.yaml"), "--model", str(config), "--profile", str(profile)]
+    assert estimate_cli.main([*argv, "--json", str(report)]) == 0
+    out = capsys.readouterr().out
+    assert "128.0 KiB per position" in out and "50 + 512 tokens" in out
+    data = json.loads(report.read_text())
+    assert data["kv_bytes_per_position"] == 131072
+    assert data["tokens_per_step"] == 64 / 0.25 * 100.0
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--config", "/no/such.yaml"], "does not exist"),
+        (["--config", "{bad_yaml}"], "must be a mapping"),
+        (["--config", "{recipe}", "--model", "/no/such/model"], "does not exist"),
+        (["--config", "{recipe}", "--model", "{bad_config}"], "num_hidden_layers"),
+        (["--config", "{recipe}", "--model", "some-org/unknown-model"], "cannot read the config"),
+        (["--config", "{recipe}", "--profile", "/no/such/profile"], "no profile summary"),
+        (["--config", "{recipe}", "--num-processes", "0"], "--num-processes must be >= 1"),
+        (["--config", "{zero_batch}"], "per_device_train_batch_size must be >= 1"),
+    ],
+)
+def test_cli_bad_input(tmp_path, capsys, argv, message):
+    (tmp_path / "bad.yaml").write_text("- just\n- a list\n")
+    (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 8}))
+    (tmp_path / "zero.yaml").write_text(
+        "model_name_or_path: Qwen/Qwen2.5-0.5B-Instruct\nper_device_train_batch_size: 0\n"
+    )
+    names = dict(
+        bad_yaml=tmp_path / "bad.yaml",
+        recipe=RECIPES / "gsm8k_lora_1gpu.yaml",
+        bad_config=tmp_path / "config.json",
+        zero_batch=tmp_path / "zero.yaml",
+    )
+    argv = [a.format(**names) if a.startswith("{") else a for a in argv]
+    assert estimate_cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("trl-dapo estimate: error:") and message in err

@@ -1,0 +1,385 @@
+"""Generated tokens per step and GPU memory per training process: planning ESTIMATES from shapes, not measurements.
+
+The formulas (bytes; GiB = 2**30 bytes), per training process:
+
+* KV cache per stored position: ``2 (keys and values) x layers x KV heads x head dim x bytes per value``; a sequence
+  stores its prompt and its completion. Without prefix sharing every answer stores its own prompt; with it (vLLM's
+  prefix caching) the answers of one group share the prompt's positions once.
+* weights: 2 bytes/parameter in bf16/fp16 (4 in fp32); 4-bit NF4 with double quantization ~0.52 bytes/parameter for
+  the decoder's linear layers, embeddings (and an untied LM head) stay 16-bit.
+* full fine-tuning with mixed-precision AdamW: 16 bytes/parameter (bf16 weights and gradients, 2 + 2; an fp32
+  master copy, 4; two fp32 moments, 8), optimizer state and gradients divided over the processes by ZeRO;
+* LoRA on the targeted linear layers: ``r x (in + out)`` parameters each, 16 bytes per parameter (fp32 weight,
+  gradient, two Adam moments);
+* a reference model (``beta > 0`` without LoRA): 2 bytes/parameter;
+* activations for a micro-batch of ``b`` sequences of ``T`` tokens: with gradient checkpointing one bf16 hidden
+  state per layer (``b T h 2 L``) plus one layer recomputed, ``b T (4h + 4I) x 2 x 2``; without it, roughly
+  ``b T L (10h + 4I) x 2``; plus 0.5 GiB for the chunk of TRL's fused log-prob LM head (it never holds ``b T V``
+  logits);
+* transformers generation: the KV cache of one generation call (the generation batch, times the dynamic-sampling
+  round cap); vLLM colocate instead reserves ``vllm_gpu_memory_utilization`` of the GPU for its weights and cache;
+* x1.15 allocator fragmentation, +0.8 GiB CUDA context.
+
+Example (the seeds' worked numbers: 32 layers, 8 KV heads of 128, bf16):
+    >>> kv_bytes_per_position(32, 8, 128, 2) / 2**10  # KiB
+    128.0
+    >>> kv_cache_bytes(kv_bytes_per_position(32, 8, 128, 2), sequences=8, prompt=1024, completion=7168) / GIB
+    8.0
+    >>> kv_cache_bytes(131072, sequences=8, prompt=1024, completion=7168, share_prompt=True) / GIB
+    7.125
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+GIB = 2**30
+ADAMW_MIXED_BYTES = 2 + 2 + 4 + 8  # bf16 weight + bf16 gradient + fp32 master + two fp32 moments
+LORA_BYTES = 4 + 4 + 8  # fp32 adapter weight, gradient, two moments
+NF4_BYTES = 0.52  # 4 bits + ~0.13 bits of double-quantized constants
+LM_HEAD_CHUNK = 0.5 * GIB
+FRAGMENTATION = 1.15
+CUDA_CONTEXT = 0.8 * GIB
+VLLM_MIN_CACHE = 2.0 * GIB  # the smallest useful vLLM cache assumed for a verdict
+FITS, TIGHT = 0.8, 1.0  # share of the GPU's memory: "fits" below 80%, "tight" up to 100%
+
+# Total memory per GPU as nvidia-smi reports it (MiB), and whether it computes in bf16.
+GPUS: dict[str, tuple[int, bool]] = {
+    "T4 16GB": (15_360, False),
+    "L4 24GB": (23_034, True),
+    "A100 40GB": (40_960, True),
+    "A100 80GB": (81_920, True),
+    "H100 80GB": (81_559, True),
+    "H200 141GB": (143_771, True),
+}
+
+_DTYPE_BYTES = {"float32": 4, "fp32": 4, "float": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2}
+LINEAR_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def kv_bytes_per_position(layers: int, kv_heads: int, head_dim: int, bytes_per_value: float) -> float:
+    """KV cache of one stored token position: ``2 x layers x KV heads x head dim x bytes``.
+
+    >>> kv_bytes_per_position(32, 8, 128, 2)
+    131072
+    """
+    return 2 * layers * kv_heads * head_dim * bytes_per_value
+
+
+def kv_cache_bytes(
+    per_position: float, sequences: int, prompt: int, completion: int, share_prompt: bool = False
+) -> float:
+    """KV cache of ``sequences`` concurrent answers of ``prompt + completion`` positions.
+
+    With ``share_prompt`` the answers share one copy of the prompt's positions (one prompt: a group generated
+    together with prefix caching).
+
+    >>> kv_cache_bytes(131072, sequences=1, prompt=0, completion=8192) / GIB
+    1.0
+    """
+    if sequences < 0 or prompt < 0 or completion < 0:
+        raise ValueError("sequences, prompt and completion must be >= 0")
+    positions = prompt + sequences * completion if share_prompt else sequences * (prompt + completion)
+    return positions * per_position
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The shapes of a decoder-only transformer that the formulas need (from its ``config.json``)."""
+
+    layers: int
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    tied: bool
+    name: str = "model"
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], name: str = "model") -> ModelShape:
+        """From a Hugging Face config dict (Llama / Qwen / Mistral naming; a ``text_config`` is used when present).
+
+        >>> shape = ModelShape.from_config(PUBLISHED["Qwen/Qwen2.5-0.5B-Instruct"])
+        >>> round(shape.parameters() / 1e9, 3)
+        0.494
+        """
+        cfg = dict(config.get("text_config") or config)
+        missing = [k for k in ("num_hidden_layers", "hidden_size", "num_attention_heads") if k not in cfg]
+        if missing:
+            raise ValueError(f"the model config has no {', '.join(missing)}: is it a decoder-only LM's config.json?")
+        heads = int(cfg["num_attention_heads"])
+        hidden = int(cfg["hidden_size"])
+        return cls(
+            layers=int(cfg["num_hidden_layers"]),
+            hidden=hidden,
+            intermediate=int(cfg.get("intermediate_size") or 4 * hidden),
+            heads=heads,
+            kv_heads=int(cfg.get("num_key_value_heads") or heads),
+            head_dim=int(cfg.get("head_dim") or hidden // heads),
+            vocab=int(cfg.get("vocab_size") or 32_000),
+            tied=bool(cfg.get("tie_word_embeddings", False)),
+            name=name,
+        )
+
+    def embedding_parameters(self) -> int:
+        return self.vocab * self.hidden * (1 if self.tied else 2)
+
+    def linear_shapes(self) -> dict[str, tuple[int, int]]:
+        """(in, out) of each linear layer of one block (gated MLP)."""
+        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        h, i = self.hidden, self.intermediate
+        return {
+            "q_proj": (h, q),
+            "k_proj": (h, kv),
+            "v_proj": (h, kv),
+            "o_proj": (q, h),
+            "gate_proj": (h, i),
+            "up_proj": (h, i),
+            "down_proj": (i, h),
+        }
+
+    def parameters(self) -> int:
+        """All parameters: embeddings, the LM head when untied, the blocks' linear layers and norms."""
+        per_layer = sum(a * b for a, b in self.linear_shapes().values()) + 2 * self.hidden
+        return self.embedding_parameters() + self.layers * per_layer + self.hidden
+
+    def lora_parameters(self, r: int, targets: str | list[str] | None = "all-linear") -> int:
+        """``r x (in + out)`` per targeted linear layer of every block (None: PEFT's default, q_proj and v_proj)."""
+        shapes = self.linear_shapes()
+        if targets is None:
+            names = ["q_proj", "v_proj"]
+        elif targets in ("all-linear", ["all-linear"]):
+            names = list(shapes)
+        else:
+            names = [t for t in ([targets] if isinstance(targets, str) else targets) if t in shapes]
+        return self.layers * sum(r * sum(shapes[n]) for n in names)
+
+
+# Published shapes of the recipes' models, so that estimate works offline for them.
+PUBLISHED: dict[str, dict[str, Any]] = {
+    "Qwen/Qwen2.5-0.5B-Instruct": dict(
+        num_hidden_layers=24,
+        hidden_size=896,
+        intermediate_size=4864,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        vocab_size=151_936,
+        tie_word_embeddings=True,
+    ),  # fmt: skip
+    "Qwen/Qwen2.5-1.5B-Instruct": dict(
+        num_hidden_layers=28,
+        hidden_size=1536,
+        intermediate_size=8960,
+        num_attention_heads=12,
+        num_key_value_heads=2,
+        vocab_size=151_936,
+        tie_word_embeddings=True,
+    ),  # fmt: skip
+    "Qwen/Qwen2.5-7B-Instruct": dict(
+        num_hidden_layers=28,
+        hidden_size=3584,
+        intermediate_size=18944,
+        num_attention_heads=28,
+        num_key_value_heads=4,
+        vocab_size=152_064,
+        tie_word_embeddings=False,
+    ),  # fmt: skip
+}
+for _name in list(PUBLISHED):
+    PUBLISHED[_name.removesuffix("-Instruct")] = PUBLISHED[_name]
+
+
+@dataclass
+class Recipe:
+    """The settings of a recipe that drive cost and memory (YAML keys of ``trl-dapo train``)."""
+
+    per_device_train_batch_size: int = 8
+    gradient_accumulation_steps: int = 1
+    steps_per_generation: int | None = None
+    num_generations: int = 8
+    max_completion_length: int = 256
+    prompt_length: int = 256  # tokens; not a recipe key: --prompt-length or the profile's mean
+    dtype_bytes: float = 2
+    bf16: bool = True
+    load_in_4bit: bool = False
+    use_peft: bool = False
+    lora_r: int = 16
+    lora_target_modules: Any = "all-linear"
+    gradient_checkpointing: bool = True
+    beta: float = 0.0
+    use_vllm: bool = False
+    vllm_mode: str = "colocate"
+    vllm_gpu_memory_utilization: float = 0.3
+    dynamic_sampling: bool = False
+    dynamic_sampling_max_oversample: float = 4.0
+    num_processes: int = 1
+    zero_stage: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any], defaults: Mapping[str, Any] | None = None) -> Recipe:
+        """From a recipe's YAML mapping; keys it does not set come from ``defaults`` (e.g. DAPOConfig's), then ours."""
+        merged = {**(defaults or {}), **values}
+        recipe = cls()
+        for key in cls.__dataclass_fields__:
+            if key in merged and merged[key] is not None and key not in ("dtype_bytes", "extra"):
+                setattr(recipe, key, merged[key])
+        dtype = str(merged.get("dtype") or merged.get("torch_dtype") or ("bfloat16" if recipe.bf16 else "float32"))
+        if dtype == "auto":
+            dtype = "bfloat16"
+        if dtype not in _DTYPE_BYTES:
+            raise ValueError(f"dtype {dtype!r} is not one of {sorted(_DTYPE_BYTES)}")
+        recipe.dtype_bytes = _DTYPE_BYTES[dtype]
+        if merged.get("fp16"):
+            recipe.bf16 = False
+        for key in ("per_device_train_batch_size", "gradient_accumulation_steps", "num_generations"):
+            if int(getattr(recipe, key)) < 1:
+                raise ValueError(f"{key} must be >= 1, got {getattr(recipe, key)}")
+        return recipe
+
+    @property
+    def generation_batch(self) -> int:
+        """Completions per process per generation call (TRL: batch size x steps_per_generation)."""
+        steps = self.steps_per_generation or self.gradient_accumulation_steps
+        return self.per_device_train_batch_size * steps
+
+    @property
+    def step_completions(self) -> int:
+        """Completions per process per optimizer step (the update batch)."""
+        return self.per_device_train_batch_size * self.gradient_accumulation_steps
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """GiB per component of one training process, generation cost per step, and the verdict per GPU."""
+
+    parts: dict[str, float]
+    trainer_gib: float
+    tokens_per_step: float
+    attempted_completions_per_step: float
+    kv_per_position: float
+    verdicts: dict[str, str]
+    notes: list[str]
+
+
+def tokens_per_step(completions: float, mean_completion_length: float) -> float:
+    """Generated tokens per step: completions (prompts x G) times the mean completion length.
+
+    >>> tokens_per_step(64 * 8, 1000)  # the seeds' example: 64 prompts, G = 8, 1,000 tokens each
+    512000
+    """
+    return completions * mean_completion_length
+
+
+def estimate(
+    shape: ModelShape,
+    recipe: Recipe,
+    mean_completion_length: float | None = None,
+    retention: float | None = None,
+) -> Estimate:
+    """Memory per training process and generation cost of one step (see the module docstring for the formulas).
+
+    ``mean_completion_length`` (tokens, e.g. from ``trl-dapo profile``) sets the expected cost; memory always
+    assumes ``max_completion_length``. ``retention`` (informative share of groups) sets the dynamic-sampling cost.
+
+    >>> shape = ModelShape.from_config(PUBLISHED["Qwen/Qwen2.5-7B"])
+    >>> est = estimate(shape, Recipe(use_peft=False))  # full fine-tuning, mixed-precision AdamW
+    >>> round((est.parts["weights"] + est.parts["optimizer and gradients"]) * GIB / shape.parameters(), 6)
+    16.0
+    """
+    notes: list[str] = []
+    params = shape.parameters()
+    embeddings = shape.embedding_parameters()
+    if recipe.load_in_4bit:
+        weights = (params - embeddings) * NF4_BYTES + embeddings * 2
+    else:
+        weights = params * recipe.dtype_bytes
+    parts: dict[str, float] = {"weights": weights}
+    shards = recipe.num_processes if recipe.zero_stage >= 2 else 1
+    if recipe.use_peft:
+        parts["LoRA and optimizer"] = shape.lora_parameters(recipe.lora_r, recipe.lora_target_modules) * LORA_BYTES
+    else:
+        if recipe.load_in_4bit:
+            raise ValueError("a 4-bit model can only be trained with an adapter: set use_peft: true (QLoRA)")
+        # Mixed-precision AdamW: 16 bytes/parameter in all; the 16-bit weights are counted above.
+        optimizer_shards = recipe.num_processes if recipe.zero_stage >= 1 else 1
+        gradients = params * 2 / shards
+        state = params * (ADAMW_MIXED_BYTES - 4) / optimizer_shards
+        parts["optimizer and gradients"] = gradients + state
+        if recipe.zero_stage >= 3:
+            parts["weights"] = weights / recipe.num_processes
+        if recipe.beta > 0:
+            parts["reference model"] = params * 2
+    b = recipe.per_device_train_batch_size
+    tokens = recipe.prompt_length + recipe.max_completion_length
+    if recipe.gradient_checkpointing:
+        activations = b * tokens * shape.hidden * 2 * shape.layers
+        activations += b * tokens * (4 * shape.hidden + 4 * shape.intermediate) * 2 * 2
+    else:
+        activations = b * tokens * shape.layers * (10 * shape.hidden + 4 * shape.intermediate) * 2
+    parts["activations"] = activations + LM_HEAD_CHUNK
+    per_position = kv_bytes_per_position(shape.layers, shape.kv_heads, shape.head_dim, recipe.dtype_bytes)
+    round_cap = recipe.dynamic_sampling_max_oversample if recipe.dynamic_sampling else 1.0
+    sequences = math.ceil(recipe.generation_batch * round_cap)
+    vllm_need = 0.0
+    if recipe.use_vllm:
+        parts["KV cache"] = 0.0
+        # vLLM holds its own 16-bit weights and at least ~2 GiB of KV cache; with less cache than one round needs it
+        # runs fewer answers at once (slower, not out of memory). Prompts are shared per group (prefix caching).
+        groups = math.ceil(sequences / recipe.num_generations)
+        cache = groups * kv_cache_bytes(
+            per_position, recipe.num_generations, recipe.prompt_length, recipe.max_completion_length, True
+        )
+        vllm_need = params * 2 + VLLM_MIN_CACHE
+        where = "on this GPU" if recipe.vllm_mode == "colocate" else "on the vLLM server's GPU, not counted here"
+        notes.append(
+            f"vLLM ({recipe.vllm_mode}, {where}): 16-bit weights {params * 2 / GIB:.2f} GiB; the KV cache of a whole round "
+            f"({sequences} answers, prompts shared per group) is {cache / GIB:.2f} GiB, below that vLLM runs fewer "
+            "answers at once"
+        )
+    else:
+        parts["KV cache"] = kv_cache_bytes(per_position, sequences, recipe.prompt_length, recipe.max_completion_length)
+    subtotal = sum(parts.values())
+    trainer = subtotal * FRAGMENTATION + CUDA_CONTEXT
+    verdicts = {}
+    for gpu, (mib, has_bf16) in GPUS.items():
+        capacity = mib * 2**20
+        need = trainer
+        extra = ""
+        if recipe.use_vllm and recipe.vllm_mode == "colocate":
+            share = max(recipe.vllm_gpu_memory_utilization * capacity, vllm_need)
+            need += share
+            if share > recipe.vllm_gpu_memory_utilization * capacity:
+                extra = f", vllm_gpu_memory_utilization >= {share / capacity:.2f}"
+        if recipe.bf16 and recipe.dtype_bytes == 2 and not has_bf16:
+            verdicts[gpu] = "no (no bf16: use fp16)"
+        elif need <= FITS * capacity:
+            verdicts[gpu] = f"fits (~{need / GIB:.0f}{extra})"
+        elif need <= TIGHT * capacity:
+            verdicts[gpu] = f"tight (~{need / GIB:.0f}{extra})"
+        else:
+            verdicts[gpu] = f"no (~{need / GIB:.0f})"
+    length = mean_completion_length if mean_completion_length is not None else recipe.max_completion_length
+    if mean_completion_length is None:
+        notes.append("tokens per step assume every completion reaches max_completion_length (give a profile)")
+    attempted = float(recipe.step_completions)
+    if recipe.dynamic_sampling:
+        if retention is not None and retention > 0:
+            attempted = recipe.step_completions / retention
+            notes.append(f"dynamic sampling at retention {retention:.2f}: ~{1 / retention:.2f}x the batch generated")
+        else:
+            notes.append("dynamic sampling: generation grows by 1/retention (give a profile for the retention)")
+    return Estimate(
+        parts={k: v / GIB for k, v in parts.items()},
+        trainer_gib=trainer / GIB,
+        tokens_per_step=tokens_per_step(attempted * recipe.num_processes, length),
+        attempted_completions_per_step=attempted * recipe.num_processes,
+        kv_per_position=per_position,
+        verdicts=verdicts,
+        notes=notes,
+    )
