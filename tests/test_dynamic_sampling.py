@@ -314,6 +314,9 @@ def test_configuration_errors(make_model, tokenizer, tmp_path):
         ("dynamic_sampling_oversample", 0.5),
         ("dynamic_sampling_std_tolerance", -1.0),
         ("dynamic_sampling_on_exhausted", "skip"),
+        ("dynamic_sampling_round_latency", -1.0),
+        ("dynamic_sampling_round_latency", float("inf")),
+        ("dynamic_sampling_confidence", 1.0),
     ]:
         with pytest.raises(ValueError, match=field):
             DAPOConfig(**grpo_kwargs(tmp_path, dynamic_sampling=True, **{field: value}))
@@ -418,3 +421,27 @@ def test_an_existing_index_column_is_refused(make_model, tokenizer, tmp_path):
     dataset = kinds_dataset(["right", "varying"], 4).add_column(PROMPT_INDEX_COLUMN, list(range(8)))
     with pytest.raises(ValueError, match=PROMPT_INDEX_COLUMN):
         build(make_model, tokenizer, tmp_path, dataset)
+
+
+@pytest.mark.parametrize("measure", [False, True])
+def test_cost_aware_planner_logs_expected_and_realised_cost(make_model, tokenizer, tmp_path, measure):
+    # Two of three prompts constant: most steps need refill rounds of different sizes (the cost fit's evidence).
+    dataset = kinds_dataset(["right", "wrong", "varying"], repeat=8)
+    trainer, reward, _ = build(
+        make_model, tokenizer, tmp_path, dataset, max_steps=4, dynamic_sampling_measure_latency=measure
+    )
+    trainer.train()
+    logs = ds_logs(trainer)
+    planner = trainer.refill_planner
+    assert planner.confidence is None  # the default sizes rounds by their cost
+    for h in logs:
+        latency = h["dynamic_sampling/round_latency"]
+        assert latency == 16.0 or measure
+        rounds, completions = h["dynamic_sampling/rounds"], h["dynamic_sampling/generated_completions"]
+        assert h["dynamic_sampling/realised_cost"] == pytest.approx(rounds * latency + completions)
+        assert h["dynamic_sampling/expected_cost"] > 0 and 0.0 <= h["dynamic_sampling/planned_fill_chance"] <= 1.0
+        assert h["dynamic_sampling/generation_seconds"] > 0
+    # Every round's time reached the cost model: one observation per generation call.
+    assert len(planner.cost_model.rounds) == len(reward.calls)
+    if measure:
+        assert logs[-1]["dynamic_sampling/round_latency"] == planner.cost_model.latency()  # the measured value steers

@@ -420,6 +420,10 @@ class RefillPlanner:
             if n not in scores:
                 scores[n] = expected(n)
         best = min(scores, key=lambda n: (scores[n][0], n))
+        stop = costs.group_value * limit + costs.exhaustion_penalty  # what ending the step short costs now
+        if lower >= 1 and scores[best][0] >= stop:  # no round is worth its cost: the step cannot be saved
+            self._plan = (stop, 0.0)
+            return 0
         self._plan = scores[best]
         return best
 
@@ -477,9 +481,10 @@ class RefillPlanner:
         """Refill groups (per process) for the next round.
 
         ``missing_groups``: per process (or one number for all, e.g. the maximum). ``rounds_left`` counts the round
-        being planned; with 1 the planner aims at ``last_round_confidence``. Returns 0 when nothing is missing or
-        the step's budget is spent (the trainer must then stop: exhausted), otherwise at least 1 and never more
-        than the round cap or what is left of ``max_groups_per_step``.
+        being planned; with 1 the fill-chance rule aims at ``last_round_confidence``. Returns 0 when nothing is
+        missing, the step's budget is spent, or (cost-aware) no round is worth its cost because the retention is
+        too low to fill the batch in the rounds left: the trainer must then stop (exhausted). Otherwise at least 1
+        and never more than the round cap or what is left of ``max_groups_per_step``.
 
         Example:
             >>> planner = RefillPlanner(max_oversample=3.0, max_groups_per_step=20)
@@ -501,7 +506,7 @@ class RefillPlanner:
         if upper <= 0:
             return 0
         empty: list[list[str]] = [[] for _ in range(self.num_processes)]
-        if self.confidence is None:
+        if self.confidence is None:  # 0 when no round is worth its cost (hopeless): stop, as when the budget is spent
             refill = self._cheapest_refill(missing_groups, empty, candidates, 1, upper, rounds_left)
         else:
             refill = max(1, self._smallest_refill(missing_groups, empty, candidates, upper, self._wanted(rounds_left)))
