@@ -163,18 +163,20 @@ def test_round_size_grows_with_the_latency():
     assert sizes == sorted(sizes) and sizes[0] < sizes[-1]
 
 
-def test_retention_zero_tries_the_largest_round_then_stops_without_dividing_by_zero():
+@pytest.mark.parametrize("informative_per_step", [0, 1])
+def test_low_retention_asks_for_the_largest_rounds_and_zero_stops_without_dividing_by_zero(informative_per_step):
     planner = RefillPlanner(max_oversample=3.0)
     for _ in range(5):
         planner.first_round(8)
-        planner.observe(24, 0)
+        planner.observe(24, informative_per_step)
         planner.end_step()
-    assert planner.first_round(8) == 16  # a small chance is left: the largest round allowed
+    refill = planner.first_round(8)
     assert math.isfinite(planner.step_expected_cost) and planner.step_fill_chance < 1e-3
-    planner.observe(24, 0)
-    assert planner.next_round(8, rounds_left=9) == 24  # nine rounds of the largest size might still fill it
-    planner.observe(24, 0)
-    assert planner.next_round(8, rounds_left=1) == 0  # one round cannot: stop now (exhausted), pay nothing more
+    planner.observe(8 + refill, 0)
+    if informative_per_step:  # 1 in 24: nine rounds of the largest size may still fill the batch
+        assert refill == 16 and planner.next_round(8, rounds_left=9) == 24
+    else:  # none in 120: no round can fill it, so stop (exhausted) instead of paying for nine more
+        assert refill == 0 and planner.next_round(8, rounds_left=9) == 0
     assert math.isfinite(planner._plan[0])
 
 

@@ -37,6 +37,7 @@ import numpy as np
 from .round_cost import Costs, RoundCostModel, plan_values, size_grid, survival
 
 POOLED = "all"  # the stratum of prompts the caller does not stratify
+REFILL = "\x00refill"  # the cost search's one stratum for refill groups (no caller names a stratum so)
 DEFAULT_ROUNDS = 10  # rounds a step may take when the caller does not say (dynamic_sampling_max_rounds default)
 
 
@@ -350,12 +351,27 @@ class RefillPlanner:
             pooled.uninformative += estimate.uninformative
         return pooled.alpha_beta(*(sum(counts[i] for counts in self.step_counts.values()) for i in (0, 1)))
 
-    def _future_values(self, limit: int, rounds: int, cap: int) -> np.ndarray:
-        """``V[m]``, the least expected cost to finish from a shortfall ``m`` with ``rounds`` rounds after this one."""
+    def _future_values(self, limit: int, rounds: int, cap: int, refill: tuple[float, float]) -> np.ndarray:
+        """``V[m]``, the least expected cost to finish from a shortfall ``m`` with ``rounds`` rounds after this one,
+        when every later round draws refill groups whose informative chance has the posterior ``refill``."""
         sizes = size_grid(cap, dense=16, steps=24)  # V is smooth in n: a coarse grid beyond 16 groups suffices
-        head = beta_binomial_head(sizes, *self._pooled_alpha_beta(), limit)
+        head = beta_binomial_head(sizes, *refill, limit)
         survivals = np.cumsum(head[:, ::-1], axis=1)[:, ::-1]  # P(Y >= t)
         return plan_values(self._costs(), survivals, sizes, rounds, self.num_processes)[rounds]
+
+    def _refill_posterior(self, peeked: Strata, posteriors: dict[str, tuple[float, float]]) -> tuple[float, float]:
+        """One posterior for every refill group: the mean retention of the stream's next prompts, at the pooled
+        strength.
+
+        Refill groups are exchangeable on purpose: the stream's order is fixed, so a round that stopped right
+        before a run of hopeless prompts would only hand them to the next round. Scoring the stream's prefixes one by
+        one would make the cost search chase that order instead of the cost.
+        """
+        alpha, beta = self._pooled_alpha_beta()
+        means = [posteriors[s][0] / sum(posteriors[s]) for s in peeked]
+        mean = float(np.mean(means)) if means else alpha / (alpha + beta)
+        mean = min(max(mean, 1e-9), 1 - 1e-9)
+        return mean * (alpha + beta), (1 - mean) * (alpha + beta)
 
     @staticmethod
     def _count_survival(needed: int, counts: Counter, heads: dict[str, np.ndarray]) -> np.ndarray:
@@ -385,27 +401,30 @@ class RefillPlanner:
         """Refill count in ``[lower, upper]`` with the least expected cost of finishing the step.
 
         Cost of this round (``latency + G * groups``) plus the expected least cost of what it leaves
-        (:func:`~trl_dapo_ext.round_cost.plan_values` over the rounds after it). Records the plan's expected cost
-        and its chance to fill the batch.
+        (:func:`~trl_dapo_ext.round_cost.plan_values` over the rounds after it). The batch's own groups count by
+        their strata; refill groups by the mean of the stream's next prompts (:meth:`_refill_posterior`). Records
+        the plan's expected cost and its chance to fill the batch.
         """
         limit = max(needed)
         peeked = self._peek(candidates, upper)
         posteriors = self._posteriors({s for groups in (*own, peeked) for s in groups})
+        refill_posterior = self._refill_posterior(peeked, posteriors)
         later_rounds = (rounds_left - 1) if rounds_left is not None else DEFAULT_ROUNDS - 1
         later_cap = self._round_cap()
         if self.max_groups_per_step is not None:  # what the budget leaves after a round of the least useful size
             later_cap = min(later_cap, self.next_budget() - max(lower, min(limit, upper)))
-        values = self._future_values(limit, max(later_rounds, 0), max(later_cap, 0))
+        values = self._future_values(limit, max(later_rounds, 0), max(later_cap, 0), refill_posterior)
         costs = self._costs()
-        most = len(own[0]) + upper  # the largest number of groups of one stratum any candidate puts on a process
+        most = len(own[0]) + upper  # the most groups of one stratum any candidate puts on a process
         heads = {s: beta_binomial_head(range(most + 1), *ab, limit) for s, ab in posteriors.items()}
+        heads[REFILL] = beta_binomial_head(range(upper + 1), *refill_posterior, limit)
 
         def expected(refill: int) -> tuple[float, float]:
-            shares = [peeked[p * refill : (p + 1) * refill] for p in range(self.num_processes)]
             cdf = np.ones(limit + 1)  # P(m' <= j): every process short by at most j
             for p in range(self.num_processes):
                 if needed[p] > 0:
-                    tail = self._count_survival(needed[p], Counter(own[p]) + Counter(shares[p]), heads)
+                    counts = Counter(own[p]) + Counter({REFILL: refill})
+                    tail = self._count_survival(needed[p], counts, heads)
                     gap = np.clip(needed[p] - np.arange(limit + 1), 0, None)
                     cdf *= tail[gap]
             pmf = np.diff(cdf, prepend=0.0)
