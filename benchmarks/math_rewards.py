@@ -4,7 +4,7 @@
 
 Generates GRPO-like batches (prompts x group completions of ~2 KB each: correct answers in several formats and
 equivalent forms, wrong answers, near misses, hedges, unanchored mentions, answers hidden in reasoning), with a label
-per completion (the verdict our policy calls right, see docs/math_rewards.md). Both rewards get the same `solution`
+per completion (the verdict our policy calls right, see docs/math-grading.md). Both rewards get the same `solution`
 column (gold wrapped in `\\boxed{}`, the form TRL's reward parses best) and the same batches of `batch` completions.
 Prints completions per second for both, the ratio, accuracy against the labels, and agreement between the two.
 """

@@ -1,6 +1,6 @@
 """Back-of-the-envelope peak GPU memory of the notebooks' and recipes' settings: ESTIMATES, not measurements.
 
-Run ``python docs/memory_estimate.py`` to print the table in docs/notebooks_and_recipes.md. Nothing is imported
+Run ``python docs/memory_estimate.py`` to print the table in docs/memory.md. Nothing is imported
 beyond the standard library; the model shapes are the published Qwen2.5 configs. The formulas, per process:
 
 * weights: 2 bytes/parameter in bf16/fp16; 4-bit NF4 with double quantization: ~0.52 bytes/parameter for the
@@ -22,7 +22,7 @@ beyond the standard library; the model shapes are the published Qwen2.5 configs.
 
 Unknowns that can move the real number by a GiB or more: the fused LM head's chunk size, the attention kernel's
 workspace, transient copies during LoRA weight sync to vLLM, and PyTorch's caching allocator. A GPU run of the
-GSM8K recipe should replace these figures with `train_summary.json`'s `peak_memory_gib` (see issue 8).
+GSM8K recipe should replace these figures with `train_summary.json`'s `peak_memory_gib`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Finding the final answer in a completion or a gold solution: string work only, linear time, no sympy.
 
-Policy (see docs/math_rewards.md): the final answer is the last anchored answer. Anchors are `\\boxed{...}` /
+Policy (see docs/math-grading.md): the final answer is the last anchored answer. Anchors are `\\boxed{...}` /
 `\\fbox{...}` (balanced braces), `<answer>...</answer>`, a GSM8K `#### N`, an `Answer:` / `Final Answer:` line and
 "the (final) answer is X". Text inside `<think>...</think>` never counts; an unclosed `<think>` means no answer.
 """

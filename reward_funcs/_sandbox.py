@@ -1,6 +1,6 @@
 """Parent side of the code sandbox: choose an isolation backend, launch the supervisor, enforce deadlines, clean up.
 
-Backends (see docs/code_rewards.md for the threat model):
+Backends (see docs/code-sandbox.md for the threat model):
 
 * ``ns-root`` / ``ns-user``: ``unshare`` (util-linux) gives new PID, mount, network, IPC and UTS namespaces (plus a
   user namespace when not root). The supervisor is PID 1 there and replaces the file system by a read-only skeleton
@@ -218,7 +218,7 @@ def resolve_backend(isolation: str = "auto") -> str:
                 + (" + a separate uid" if root else " under the trainer's own uid")
                 + ". Network is NOT isolated and the candidate can read world-readable files"
                 + ("" if root else ", write the user's files and may escape cleanup")
-                + ". See docs/code_rewards.md for how to get real isolation.",
+                + ". See docs/code-sandbox.md ('Getting real isolation').",
                 RuntimeWarning,
                 stacklevel=3,
             )

@@ -1,6 +1,6 @@
 """Verifier rewards for code: run unit tests on model-written Python in a sandbox it cannot escape or fool.
 
-Public API (TRL reward signature, see docs/code_rewards.md):
+Public API (TRL reward signature, see docs/code-sandbox.md):
 
 * :func:`code_reward` ``(completions, tests, **kwargs) -> list[float | None]``: 1.0 when every test passes, else 0.0;
   ``None`` for rows without usable tests (TRL then ignores this function for the row);

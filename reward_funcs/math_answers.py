@@ -12,7 +12,7 @@ Public API (TRL reward-function signature: `completions` plus dataset columns as
 >>> math_reward([r"So the answer is $\\boxed{\\frac{1}{2}}$.", "Answer: 3 or 4"], answer=["0.5", "4"])
 [1.0, 0.0]
 
-The policy (what counts as the final answer, hedges, equivalence, time limits) is in docs/math_rewards.md.
+The policy (what counts as the final answer, hedges, equivalence, time limits) is in docs/math-grading.md.
 """
 
 from __future__ import annotations
@@ -349,7 +349,7 @@ def answers_match(
     *,
     workers: int | None = None,
 ) -> bool:
-    """Whether an extracted answer equals the gold under the policy (exact, hedges lose; see docs/math_rewards.md).
+    """Whether an extracted answer equals the gold under the policy (exact, hedges lose; see docs/math-grading.md).
 
     `gold` may be raw (`18`), a GSM8K solution (`... #### 18`) or a MATH solution with `\\boxed{}`. Symbolic work
     runs in a worker process killed after `timeout_s` seconds, so this returns within the limit from any thread.

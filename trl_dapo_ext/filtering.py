@@ -21,8 +21,8 @@ def group_reward_spread(rewards: torch.Tensor, num_generations: int) -> tuple[to
 
     Example:
         >>> spread, scorable = group_reward_spread(torch.tensor([1.0, 0.0, 1.0, 1.0, 1.0, 1.0]), 3)
-        >>> spread.tolist(), scorable.tolist()
-        ([0.4714045226573944, 0.0], [3, 3])
+        >>> [round(s, 6) for s in spread.tolist()], scorable.tolist()  # sqrt(2/9) = 0.471405
+        ([0.471405, 0.0], [3, 3])
     """
     grouped = rewards.view(-1, num_generations).double()  # float64: a spread of 1e-8 must not round to 0
     scorable = (~torch.isnan(grouped)).sum(dim=1)

@@ -1,0 +1,392 @@
+"""The one declaration of every metric this package logs: its name, what it means, what a healthy value looks like.
+
+``docs/metrics.md`` is generated from it (``python -m trl_dapo_ext.metric_names > docs/metrics.md``; a test fails
+when the page is stale), and a test checks that a tiny training run logs exactly the names declared here for its
+settings. Plain data, no torch or TRL import.
+
+Example:
+    >>> metric("groups/frac_mixed").prefix
+    'groups/'
+    >>> sorted(expected_names(diagnostics=True, cuda=False))[:2]
+    ['cost/generated_tokens_per_retained_group', 'cost/padded_token_frac']
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Literal
+
+# When a metric is logged. Every name is also subject to its section's switch (diagnostics / dynamic_sampling).
+Condition = Literal["always", "overlong", "cuda", "planner", "skip"]
+
+CONDITIONS: dict[Condition, str] = {
+    "always": "every step",
+    "overlong": "with `overlong_buffer_length` set",
+    "cuda": "on a CUDA device only",
+    "planner": "with the adaptive planner (`dynamic_sampling_oversample=None`)",
+    "skip": "with `dynamic_sampling_skip_window > 0`",
+}
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One logged metric: ``name`` as it appears in ``trainer_state.json``, its meaning and a healthy range."""
+
+    name: str
+    meaning: str
+    healthy: str
+    when: Condition = "always"
+
+    @property
+    def prefix(self) -> str:
+        return self.name.split("/", 1)[0] + "/"
+
+
+@dataclass(frozen=True)
+class Section:
+    """Metrics sharing a prefix and the config switch that turns them on."""
+
+    title: str
+    switch: str  # the config field that enables the section (documentation only)
+    intro: str
+    metrics: tuple[Metric, ...]
+
+
+_TIME_SECTIONS = {
+    "generation": "generating completions (transformers `generate` or vLLM)",
+    "reward": "reward functions (verifiers)",
+    "scoring": "the rest of the rollout: log-prob passes, padding, batch assembly, dynamic-sampling bookkeeping",
+    "update": "forward, backward and optimizer step",
+    "other": "the rest of the step (gradient clipping, logging, data loading): total minus the sections above",
+}
+
+SECTIONS: tuple[Section, ...] = (
+    Section(
+        "`groups/`: is the batch still informative?",
+        "diagnostics",
+        "Computed over every group attempted in the step (with dynamic sampling: all rounds, kept or discarded). "
+        "The three `frac_*` values are fractions of the groups with at least one scorable member and sum to 1. "
+        "`1 - groups/frac_mixed` equals TRL's `frac_reward_zero_std` only when every completion is scorable, the "
+        'overlong penalty is off and `scale_rewards` is not `"batch"` (TRL tests the summed, shaped reward).',
+        (
+            Metric(
+                "groups/frac_mixed",
+                "share of groups with contrast (the groups dynamic sampling keeps)",
+                "high; below 0.5 more than half of the generation teaches nothing",
+            ),
+            Metric(
+                "groups/frac_all_max",
+                "share of groups without contrast whose common reward is correct: all correct",
+                "low early, rising as the model masters the data; above 0.5: the prompts are too easy",
+            ),
+            Metric(
+                "groups/frac_all_min",
+                "share of groups without contrast whose common reward is below the threshold: all wrong "
+                "(a constant 0.5 counts here too)",
+                "falling; above 0.5 from the start: prompts too hard, or a format/verifier mismatch",
+            ),
+            Metric(
+                "groups/reward_std_mean",
+                "mean over groups of the within-group task-reward std (divisor G-1; 0 for one scorable member)",
+                "clearly above 0; for 0/1 rewards the maximum is about 0.5 (half right)",
+            ),
+            Metric(
+                "groups/reward_std_p10",
+                "10th percentile of the within-group std",
+                "0 is normal (some groups lack contrast)",
+            ),
+            Metric(
+                "groups/reward_std_p50",
+                "median of the within-group std",
+                "above 0; 0 means at least half the groups teach nothing",
+            ),
+            Metric("groups/reward_std_p90", "90th percentile of the within-group std", "above the median"),
+            Metric(
+                "groups/pass@1",
+                "mean over groups of the share of correct samples (unbiased pass@1)",
+                "rising",
+            ),
+            Metric(
+                "groups/pass@k",
+                "unbiased pass@k (Chen et al. 2021), `1 - C(n-c, k) / C(n, k)` per group with n >= k scorable "
+                "samples; k = `diagnostics_pass_k` or G",
+                "at or above pass@1; pass@1 rising while pass@k falls means the policy is losing diversity",
+            ),
+        ),
+    ),
+    Section(
+        "`length/`: are completions running into the cap?",
+        "diagnostics",
+        "Over the update batch. `L_max = max_completion_length`, `L_cache = overlong_buffer_length` (DAPO Eq. 13); "
+        "lengths are completion tokens including EOS.",
+        (
+            Metric(
+                "length/truncated_frac",
+                "share of completions cut at `L_max` before EOS (same definition as TRL's "
+                "`completions/clipped_ratio`)",
+                "under 0.05-0.10; rising: the model rambles or `L_max` is too small",
+            ),
+            Metric(
+                "length/task_accuracy",
+                "share of scorable completions that are correct, before length shaping",
+                "rising",
+            ),
+            Metric(
+                "length/in_buffer_frac",
+                "share with `L_max - L_cache < L <= L_max` (inside the soft-penalty zone)",
+                "under 0.10-0.20; larger: the length penalty shapes a big part of the reward",
+                "overlong",
+            ),
+            Metric(
+                "length/overlong_penalty_mean",
+                "mean overlong penalty over all completions, in `[-overlong_penalty_factor, 0]`",
+                "close to 0",
+                "overlong",
+            ),
+            Metric(
+                "length/shaped_reward_mean",
+                "mean of task reward + overlong penalty over scorable completions (what the advantages see)",
+                "close to `length/task_accuracy`; a large gap means correct answers are punished for length",
+                "overlong",
+            ),
+        ),
+    ),
+    Section(
+        "`cost/`: what does a useful group cost?",
+        "diagnostics",
+        "Token and memory cost of the step.",
+        (
+            Metric(
+                "cost/generated_tokens_per_retained_group",
+                "completion tokens generated in the step (all rounds) per group that reached the update",
+                "about G x mean length without dynamic sampling, that divided by the retention rate with it; "
+                "growing fast: the data has saturated",
+            ),
+            Metric(
+                "cost/useful_token_frac",
+                "token positions the loss counts / all positions (prompt + completion, padding included) of the "
+                "update batch",
+                "as high as the task allows; prompts take their share",
+            ),
+            Metric(
+                "cost/padded_token_frac",
+                "padding positions / all positions of the update batch",
+                "low; above 0.5: lengths vary widely and every row is padded to the longest",
+            ),
+            Metric(
+                "cost/peak_memory_gb",
+                "peak GPU memory allocated by tensors during the step, in GiB (2^30 bytes)",
+                "flat over the run and below the device's capacity; creeping up: fragmentation or a leak",
+                "cuda",
+            ),
+        ),
+    ),
+    Section(
+        "`time/`: where does a step's wall time go?",
+        "diagnostics",
+        "Wall time of one optimizer step, split into sections; nested sections are charged to the innermost one, "
+        "so the `_s` values add up to the step time and the `_frac` values to 1.",
+        tuple(
+            Metric(f"time/{name}_{unit}", f"{what}{' (seconds)' if unit == 's' else ' (share of the step)'}", healthy)
+            for name, what in _TIME_SECTIONS.items()
+            for unit, healthy in (
+                ("s", "see the share"),
+                (
+                    "frac",
+                    {
+                        "generation": "usually the largest, 0.5-0.8 with long completions",
+                        "reward": "under 0.2; above: a slow verifier (add workers or time limits)",
+                        "scoring": "under the generation share",
+                        "update": "the rest of the useful work",
+                        "other": "small; large: overhead outside generation and the update",
+                    }[name],
+                ),
+            )
+        ),
+    ),
+    Section(
+        "`dynamic_sampling/`: what did filling the batch take?",
+        "dynamic_sampling",
+        "Per step, summed over processes. `attempted = retained + discarded_surplus + zero_variance`.",
+        (
+            Metric("dynamic_sampling/rounds", "generation rounds in the step, the first included", "1-3"),
+            Metric("dynamic_sampling/attempted_groups", "prompt groups generated and scored", "see retention"),
+            Metric(
+                "dynamic_sampling/retained_groups",
+                "informative groups in the update batch",
+                "the batch's group count",
+            ),
+            Metric(
+                "dynamic_sampling/discarded_surplus_groups",
+                "informative groups beyond the batch, dropped (never carried to a later step)",
+                "a few per step",
+            ),
+            Metric(
+                "dynamic_sampling/zero_variance_groups",
+                "groups whose filter reward did not vary (dropped)",
+                "see `groups/frac_mixed`",
+            ),
+            Metric(
+                "dynamic_sampling/all_max_groups",
+                "zero-variance groups at the highest filter reward seen so far in the run",
+                "see `groups/frac_all_max`",
+            ),
+            Metric(
+                "dynamic_sampling/all_min_groups",
+                "zero-variance groups at the lowest filter reward seen so far in the run",
+                "see `groups/frac_all_min`",
+            ),
+            Metric(
+                "dynamic_sampling/filled_groups",
+                "uninformative groups masked into the batch when the budget ran out (`on_exhausted='fill'`)",
+                "0",
+            ),
+            Metric("dynamic_sampling/retention_rate", "retained / attempted groups", "above 0.2"),
+            Metric(
+                "dynamic_sampling/generated_completions",
+                "completions generated in the step (attempted groups x G)",
+                "about G x groups / retention",
+            ),
+            Metric(
+                "dynamic_sampling/expected_retention",
+                "the planner's retention estimate before the step",
+                "close to `retention_rate`",
+                "planner",
+            ),
+            Metric(
+                "dynamic_sampling/skipped_prompts",
+                "refill prompts passed over because their last k groups were all right or all wrong",
+                "grows as the data saturates",
+                "skip",
+            ),
+            Metric(
+                "dynamic_sampling/readmitted_prompts",
+                "skippable prompts generated anyway (exploration floor)",
+                "about `skip_floor` x (skipped + readmitted)",
+                "skip",
+            ),
+            Metric(
+                "dynamic_sampling/forced_prompts",
+                "skippable prompts generated without a coin because the round's proposal limit was reached",
+                "0; above 0: nearly every prompt looks zero-variance (too easy or too hard data)",
+                "skip",
+            ),
+        ),
+    ),
+    Section(
+        "`rewards/overlong_penalty/`: the length penalty as a reward column",
+        "overlong_buffer_length",
+        "DAPO's soft overlong punishment is one more reward column, summed into the reward before advantages; "
+        "`rewards/<your task reward>/mean` stays unshaped.",
+        (
+            Metric(
+                "rewards/overlong_penalty/mean",
+                "mean penalty per completion",
+                "close to 0",
+                "overlong",
+            ),
+            Metric("rewards/overlong_penalty/std", "its std over completions", "small", "overlong"),
+        ),
+    ),
+)
+
+# TRL's own metrics that matter for DAPO runs (documented here, logged by TRL; not part of the exact-names check).
+TRL_METRICS: tuple[Metric, ...] = (
+    Metric("reward", "mean summed reward of the update batch", "rising"),
+    Metric("reward_std", "std of the summed reward", "clearly above 0"),
+    Metric("frac_reward_zero_std", "share of groups whose summed reward has zero std", "below 0.5"),
+    Metric("completions/mean_length", "mean completion length of the update batch", "stable, below the cap"),
+    Metric("completions/clipped_ratio", "share of truncated completions", "under 0.05-0.10"),
+    Metric("entropy", "mean token entropy of the policy", "above 0.3 x its first value"),
+    Metric("clip_ratio/region_mean", "share of tokens whose ratio was clipped", "under 0.2"),
+    Metric("kl", "KL to the reference (only with `beta > 0`)", "steady growth, no jumps"),
+    Metric("grad_norm", "gradient norm before clipping", "finite, no spikes"),
+)
+
+OUR_PREFIXES: tuple[str, ...] = (
+    "groups/",
+    "length/",
+    "cost/",
+    "time/",
+    "dynamic_sampling/",
+    "rewards/overlong_penalty/",
+)
+
+ALL_METRICS: tuple[Metric, ...] = tuple(m for section in SECTIONS for m in section.metrics)
+
+
+def metric(name: str) -> Metric:
+    """The declared metric called ``name``; a ``KeyError`` lists the prefixes when it is not one of ours."""
+    for candidate in ALL_METRICS:
+        if candidate.name == name:
+            return candidate
+    raise KeyError(f"{name!r} is not a metric of trl_dapo_ext (prefixes: {', '.join(OUR_PREFIXES)})")
+
+
+def expected_names(
+    *,
+    diagnostics: bool = False,
+    dynamic_sampling: bool = False,
+    overlong: bool = False,
+    cuda: bool = False,
+    planner: bool = True,
+    skip: bool = False,
+) -> set[str]:
+    """The names a training step logs under these settings (``planner``/``skip`` matter only with sampling)."""
+    enabled = {"always", *(["overlong"] if overlong else []), *(["cuda"] if cuda else [])}
+    if dynamic_sampling:
+        enabled |= {*(["planner"] if planner else []), *(["skip"] if skip else [])}
+    on = {"diagnostics": diagnostics, "dynamic_sampling": dynamic_sampling, "overlong_buffer_length": overlong}
+    return {m.name for s in SECTIONS if on[s.switch] for m in s.metrics if m.when in enabled}
+
+
+def render_markdown() -> str:
+    """The metrics reference page (``docs/metrics.md``)."""
+    lines = [
+        "<!-- Generated by `python -m trl_dapo_ext.metric_names > docs/metrics.md`; edit trl_dapo_ext/metric_names.py."
+        " -->",
+        "# Metrics reference",
+        "",
+        "Every metric the package logs, with what a healthy value looks like. Values are averaged over the logging "
+        "window like TRL's own; a value that cannot be computed in a step (pass@k when no group has k scorable "
+        "samples) is NaN for that step and left out of the average (`null` in `trainer_state.json` when a whole "
+        "window has none). Metrics whose condition does not hold are not logged at all.",
+        "",
+        "Definitions: the *task reward* is the reward of your reward functions without the overlong penalty; a "
+        "completion is *scorable* when at least one reward function returned a value; it is *correct* when its task "
+        "reward is `>= diagnostics_success_threshold` (1.0 by default; e.g. 0.5 for graded rewards); a group has "
+        "*contrast* when its scorable task rewards are not all equal (spread above 1e-6).",
+        "",
+        "`trl-dapo report OUTPUT_DIR` draws these metrics as one dashboard and warns when a value leaves its healthy "
+        "range (see [Recipes](recipes.md#the-report)).",
+    ]
+    for section in SECTIONS:
+        switch = (
+            f"`{section.switch}` set" if section.switch == "overlong_buffer_length" else f"`{section.switch}=True`"
+        )
+        lines += ["", f"## {section.title}", "", f"Logged with {switch}. {section.intro}", ""]
+        lines += _table(section.metrics, with_condition=True)
+    lines += [
+        "",
+        "## TRL's own metrics that matter here",
+        "",
+        "Logged by TRL itself; listed for their healthy range.",
+        "",
+    ]
+    lines += _table(TRL_METRICS, with_condition=False)
+    return "\n".join(lines) + "\n"
+
+
+def _table(metrics: tuple[Metric, ...], with_condition: bool) -> list[str]:
+    head = "| metric | meaning | healthy |" + (" logged |" if with_condition else "")
+    rule = "|---|---|---|" + ("---|" if with_condition else "")
+    rows = [
+        f"| `{m.name}` | {m.meaning} | {m.healthy} |" + (f" {CONDITIONS[m.when]} |" if with_condition else "")
+        for m in metrics
+    ]
+    return [head, rule, *rows]
+
+
+if __name__ == "__main__":
+    sys.stdout.write(render_markdown())
