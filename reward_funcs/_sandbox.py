@@ -34,6 +34,7 @@ _UID_BASE = 0x5C000000  # far above any real account; one fresh uid per concurre
 _uid_counter = itertools.count()
 _lock = threading.Lock()
 _backend_cache: dict[str, str] = {}
+_fallback_reasons: dict[str, str] = {}  # isolation -> why namespaces were unavailable, when "auto" fell back
 
 # Common stdlib modules imported before dropping privileges when the interpreter's stdlib sits behind a directory the
 # sandbox uid cannot traverse (e.g. pyenv under /root) in the ``root`` fallback.
@@ -185,8 +186,12 @@ def _remove_uid_files(uid: int, scratch: str) -> None:
                 pass
 
 
-def resolve_backend(isolation: str = "auto") -> str:
-    """Map ``isolation`` ("auto", "namespaces", "rlimits") to a working backend, probing once per process."""
+def resolve_backend(isolation: str = "auto", warn: bool = True) -> str:
+    """Map ``isolation`` ("auto", "namespaces", "rlimits") to a working backend, probing once per process.
+
+    ``"namespaces"`` never falls back: it raises `SandboxUnavailable` instead. ``"auto"`` falls back to rlimits
+    and says so with a warning (``warn=False``: not here; see :func:`fallback_notice`) the first time it resolves.
+    """
     isolation = os.environ.get("CODE_REWARD_ISOLATION", isolation) if isolation == "auto" else isolation
     if isolation not in ("auto", "namespaces", "rlimits"):
         raise ValueError(f"isolation must be 'auto', 'namespaces' or 'rlimits', not {isolation!r}")
@@ -213,18 +218,36 @@ def resolve_backend(isolation: str = "auto") -> str:
         if problem:
             raise SandboxUnavailable(f"cannot run the sandbox at all: {problem}")
         if isolation == "auto":
-            warnings.warn(
-                f"reward_funcs code sandbox: Linux namespaces unavailable ({why}); falling back to rlimits"
-                + (" + a separate uid" if root else " under the trainer's own uid")
-                + ". Network is NOT isolated and the candidate can read world-readable files"
-                + ("" if root else ", write the user's files and may escape cleanup")
-                + ". See docs/code-sandbox.md ('Getting real isolation').",
-                RuntimeWarning,
-                stacklevel=3,
-            )
+            with _lock:
+                _fallback_reasons[isolation] = why
+            if warn:
+                warnings.warn(_fallback_message(backend, why), RuntimeWarning, stacklevel=3)
     with _lock:
         _backend_cache[isolation] = backend
     return backend
+
+
+def _fallback_message(backend: str, why: str) -> str:
+    return (
+        f"reward_funcs code sandbox: Linux namespaces unavailable ({why}); falling back to rlimits"
+        + (" + a separate uid" if backend == "root" else " under the trainer's own uid")
+        + ". Network is NOT isolated and the candidate can read world-readable files"
+        + ("" if backend == "root" else ", write the user's files and may escape cleanup")
+        + ". See docs/code-sandbox.md ('Getting real isolation')."
+    )
+
+
+def fallback_notice(isolation: str = "auto") -> str | None:
+    """The fallback warning when ``isolation`` resolved to a weaker backend than namespaces, else None.
+
+    >>> fallback_notice("rlimits") is None  # chosen, not a fallback
+    True
+    """
+    backend = resolve_backend(isolation, warn=False)
+    isolation = os.environ.get("CODE_REWARD_ISOLATION", isolation) if isolation == "auto" else isolation
+    with _lock:
+        why = _fallback_reasons.get(isolation)
+    return None if why is None else _fallback_message(backend, why)
 
 
 def _probe(backend: str) -> str:

@@ -20,9 +20,12 @@ Test formats of the ``tests`` column (a JSON string of a dict is accepted too):
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
+import tempfile
 import textwrap
+import threading
 import warnings
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -44,6 +47,12 @@ __all__ = [
 ]
 
 OUTCOMES = ("passed", "failed", "error", "timeout", "memory", "skipped")
+
+# Consecutive sandbox failures (no verdict at all) after which a reward raises instead of returning None: one may be
+# a transient hiccup, a streak means nothing can be scored, and every advantage would silently be zero.
+SANDBOX_FAILURE_LIMIT = 3
+
+logger = logging.getLogger(__name__)
 
 # Opening fence at the start of a line (indentation allowed), info string, body, closing fence of the same kind.
 _FENCE = re.compile(r"^([ \t]*)(`{3,}|~{3,})[ \t]*([^\s`~]*)[^\n]*\n(.*?)^[ \t]*\2[ \t]*$", re.M | re.S)
@@ -447,17 +456,24 @@ class CodeReward:
         self.max_workers = max_workers
         self.settings = settings
         self.__name__ = name
+        self._reset_process_state()
+
+    def _reset_process_state(self) -> None:
         self._warned: set[str] = set()
+        self._failures = 0  # consecutive sandbox failures
+        self._failures_lock = threading.Lock()
+        self._noticed_for: Any = _NOT_YET  # the TrainerState the isolation fallback was last reported for
 
     def __repr__(self) -> str:
         return f"CodeReward(name={self.__name__!r}, partial_credit={self.partial_credit}, {self.settings})"
 
     def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "_warned"}
+        process_state = ("_warned", "_failures", "_failures_lock", "_noticed_for")
+        return {k: v for k, v in self.__dict__.items() if k not in process_state}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self._warned = set()
+        self._reset_process_state()
 
     def score(self, completion: Any, tests: Any, entry_point: str | None = None) -> float | None:
         """Reward of one completion: None when the tests are unusable, 0.0 without code."""
@@ -474,8 +490,11 @@ class CodeReward:
         try:
             report = _run(code, kind, spec, self.settings, not self.partial_credit, entry_point)
         except (RuntimeError, OSError) as exc:  # sandbox infrastructure failure: no verdict rather than a wrong one
+            self._sandbox_failed(exc)
             self._warn(f"sandbox failure: {exc}", prefix="no verdict, reward None")
             return None
+        with self._failures_lock:
+            self._failures = 0
         if report.total == 0:
             return None
         return report.fraction if self.partial_credit else float(report.all_passed)
@@ -488,7 +507,7 @@ class CodeReward:
         if len(tests) != len(completions):
             raise ValueError(f"{len(completions)} completions but {len(tests)} tests")
         entry = kwargs.get("entry_point") or [None] * len(completions)
-        _sandbox.resolve_backend(self.settings.isolation)  # probe (and warn) once, before the threads start
+        self._report_isolation(kwargs.get("trainer_state"), kwargs.get("log_metric"))  # probes before the threads
         # GRPO groups often contain identical completions: run each distinct (code, tests) pair once.
         keys = [
             (extract_code(_completion_text(c)), _freeze(t), e)
@@ -505,10 +524,43 @@ class CodeReward:
             )
         return [results[first[key]] for key in keys]
 
+    def _sandbox_failed(self, error: Exception) -> None:
+        """Count a run that gave no verdict; raise `SandboxUnavailable` once they form a streak."""
+        with self._failures_lock:
+            self._failures += 1
+            streak = self._failures
+        if streak < SANDBOX_FAILURE_LIMIT:
+            return
+        backend = _sandbox.resolve_backend(self.settings.isolation, warn=False)
+        raise _sandbox.SandboxUnavailable(
+            f"{self.__name__}: the code sandbox (backend {backend!r}) failed {streak} times in a row, so no "
+            f"completion can be scored (training would go on with every advantage zero). Last failure: "
+            f"{type(error).__name__}: {error}. Check what the sandbox needs: `unshare` (util-linux) and user "
+            "namespaces for the namespace backends, room under the process limit (ulimit -u) and free space in "
+            f"{tempfile.gettempdir()}; see docs/code-sandbox.md. isolation='rlimits' runs without namespaces "
+            "(weaker isolation)."
+        ) from error
+
+    def _report_isolation(self, trainer_state: Any, log_metric: Any) -> None:
+        """Resolve the backend; a fallback below namespaces is a metric every call and a warning per trainer start.
+
+        TRL passes the trainer's ``TrainerState``, a new object at each ``train()``, so the warning comes back at
+        every start instead of once per process (where it scrolls away with the first run's output).
+        """
+        notice = _sandbox.fallback_notice(self.settings.isolation)
+        if log_metric is not None:
+            log_metric(f"{self.__name__}/sandbox_fallback", 0.0 if notice is None else 1.0)
+        if notice is not None and trainer_state is not self._noticed_for:
+            self._noticed_for = trainer_state
+            logger.warning("%s: %s", self.__name__, notice)
+
     def _warn(self, message: str, prefix: str = "unusable tests, reward None") -> None:
         if message not in self._warned:
             self._warned.add(message)
             warnings.warn(f"{self.__name__}: {prefix}: {message}", RuntimeWarning, stacklevel=3)
+
+
+_NOT_YET = object()
 
 
 def _freeze(tests: Any) -> Any:

@@ -92,3 +92,45 @@ def test_plain_grpo_config_upgrades_with_defaults():
     assert upgraded.to_dict()["advantage_estimator"] == "grpo"
     with pytest.raises(TypeError, match="GRPOConfig or DAPOConfig"):
         as_dapo_config(object())
+
+
+@dataclasses.dataclass
+class ProjectConfig(trl.GRPOConfig):
+    """A user's own GRPOConfig subclass, as an unchanged TRL script may define one."""
+
+    project_tag: str = dataclasses.field(default="baseline", metadata={"help": "a field of the user's own"})
+
+    def describe(self) -> str:
+        return f"{self.project_tag}: {self.num_generations} generations"
+
+
+def test_upgraded_config_shares_no_mutable_state():
+    plain = trl.GRPOConfig(**BASE, reward_weights=[1.0, 0.5], model_init_kwargs={"dtype": "float32"})
+    upgraded = as_dapo_config(plain)
+    upgraded.reward_weights.append(2.0)
+    upgraded.model_init_kwargs["trust_remote_code"] = True
+    upgraded.report_to.append("wandb")
+    assert plain.reward_weights == [1.0, 0.5]
+    assert plain.model_init_kwargs == {"dtype": "float32"}
+    assert "wandb" not in plain.report_to
+
+
+def test_upgrade_keeps_the_users_own_config_class():
+    plain = ProjectConfig(**BASE, project_tag="ablation-3")
+    upgraded = as_dapo_config(plain)
+    assert isinstance(upgraded, DAPOConfig) and isinstance(upgraded, ProjectConfig)
+    assert upgraded.describe() == "ablation-3: 4 generations"
+    assert upgraded.to_dict()["project_tag"] == "ablation-3"  # the user's field stays a field
+    assert upgraded.to_dict()["advantage_estimator"] == "grpo"
+    assert type(as_dapo_config(ProjectConfig(**BASE))) is type(upgraded)  # one upgraded class per user class
+
+
+def test_upgraded_config_pickles(tmp_path):
+    # Trainer.save_model writes training_args.bin with torch.save (pickle)
+    import pickle
+
+    for plain in (trl.GRPOConfig(**BASE), ProjectConfig(**BASE, project_tag="x")):
+        upgraded = as_dapo_config(plain)
+        restored = pickle.loads(pickle.dumps(upgraded))
+        assert type(restored) is type(upgraded)
+        assert restored.to_dict() == upgraded.to_dict()

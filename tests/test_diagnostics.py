@@ -20,6 +20,7 @@ from trl_dapo_ext.diagnostics import (
     MIXED,
     UNSCORABLE,
     StepTimer,
+    allocated_memory_gb,
     generation_cost,
     group_metrics,
     group_outcomes,
@@ -316,16 +317,17 @@ def test_generation_cost():
 
 def test_peak_memory_is_none_without_cuda(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert peak_memory_gb() is None
+    assert peak_memory_gb() is None and allocated_memory_gb() is None
 
 
-def test_peak_memory_reads_and_resets_the_cuda_counter(monkeypatch):
+def test_memory_readings_never_reset_the_cuda_counter(monkeypatch):
     calls = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 3 * 2**30)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 2**30)
     monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: calls.append(device))
-    assert peak_memory_gb() == 3.0 and calls == []
-    assert peak_memory_gb(reset=True) == 3.0 and calls == [None]
+    assert peak_memory_gb() == 3.0 and allocated_memory_gb() == 1.0
+    assert calls == []
 
 
 # ------------------------------------------------------------------------------------------------------------ time

@@ -19,7 +19,8 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_two_processes_agree(tmp_path):
+def run_on_two_processes(tmp_path, mode: str) -> list[dict]:
+    """Run tests/distributed_dynamic_sampling.py in ``mode`` on 2 CPU processes; each rank's report."""
     script = os.path.join(os.path.dirname(__file__), "distributed_dynamic_sampling.py")
     command = [
         sys.executable,
@@ -33,6 +34,7 @@ def test_two_processes_agree(tmp_path):
         str(free_port()),
         script,
         str(tmp_path),
+        mode,
     ]
     env = {
         **os.environ,
@@ -41,8 +43,11 @@ def test_two_processes_agree(tmp_path):
     }
     result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    return [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
 
-    reports = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+
+def test_two_processes_agree(tmp_path):
+    reports = run_on_two_processes(tmp_path, "agree")
     assert [r["num_processes"] for r in reports] == [2, 2]
     assert [r["global_step"] for r in reports] == [3, 3]
     for report in reports:
@@ -62,3 +67,16 @@ def test_two_processes_agree(tmp_path):
     assert reports[0]["num_items_in_batch"] == totals
     for log in reports[0]["logs"]:
         assert log["dynamic_sampling/retained_groups"] == 8  # 4 groups per rank, 2 ranks
+
+
+def test_two_processes_resume_exactly(tmp_path):
+    """Default planner, history skipping: each rank saves its own refill state beside its RNG state and resumes."""
+    reports = run_on_two_processes(tmp_path, "resume")
+    files = reports[0]["checkpoint_files"]
+    assert {"rng_state_0.pth", "rng_state_1.pth", "dapo_refill_state_0.json", "dapo_refill_state_1.json"} <= set(files)
+    for report in reports:
+        assert report["skipped"] > 0
+        assert report["resumed_takes"] == report["full_takes"] != []
+        assert report["resumed_logs"] == report["full_logs"] != []
+        assert report["resumed_state"] == report["full_state"]
+    assert reports[0]["resumed_state"] == reports[1]["resumed_state"]  # the ranks agree

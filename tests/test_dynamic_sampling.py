@@ -281,7 +281,7 @@ def test_reward_function_that_raises_names_the_step(make_model, tokenizer, tmp_p
         raise KeyError("answer")
 
     trainer, _, _ = build(make_model, tokenizer, tmp_path, kinds_dataset(["varying"], 24), reward=broken_reward)
-    with pytest.raises(RewardFunctionError, match=r"at step 0 .*broken_reward.*KeyError") as error:
+    with pytest.raises(RewardFunctionError, match=r"'broken_reward' raised at training step 1: KeyError") as error:
         trainer.train()
     assert isinstance(error.value.__cause__, KeyError)
 

@@ -1,19 +1,38 @@
 """The one place that knows which private TRL names `DAPOTrainer` relies on, and for which TRL releases.
 
 TRL has no public hook for advantages or dynamic sampling, so the subclass overrides private methods of
-`GRPOTrainer`. Their signatures are pinned here and checked at import: a TRL release that renames or reshapes one
-fails loudly with this module's name in the message instead of training wrongly. `tests/test_compat.py` runs the same
-check against every TRL release CI installs.
+`GRPOTrainer` and reads some of its private state. Every such name is listed here and checked, so that a TRL release
+that renames or reshapes one fails loudly, with this module's name in the message, instead of training wrongly:
+
+* at import: the private methods (:data:`PRIVATE_METHODS`) and class attributes (:data:`PRIVATE_CLASS_ATTRIBUTES`),
+  TRL's internal helpers (:data:`TRL_HELPERS`), the
+  keys of TRL's batch dict that `batch.py` re-pads (:func:`check_batch_keys`), the metrics that `batch_metrics.py`
+  recomputes (:func:`check_recomputed_metrics`) and the progress bar that shows refill rounds
+  (:func:`check_progress_bar`);
+* at construction of every `DAPOTrainer`: the private attributes (:data:`PRIVATE_ATTRIBUTES`) and the layout of the
+  ``_logs`` / ``_metrics`` buffers that dynamic sampling swaps and truncates (:func:`check_log_buffers`).
+
+What a static check cannot see is tested against every TRL release CI installs (`tests/test_compat.py`): the pad
+values of TRL's batch and, in `tests/test_dynamic_sampling.py`, that `batch_metrics.py` reproduces TRL's numbers.
 """
 
 from __future__ import annotations
 
+import ast
 import inspect
+import textwrap
 import warnings
+from collections import defaultdict, deque
+from typing import Any
 
 import trl
+import trl.trainer.utils as trl_utils
 from packaging.version import Version
+from transformers.trainer_callback import ProgressCallback
 from trl import GRPOTrainer
+
+from .batch import COMPLETION_KEYS, MULTIMODAL_KEYS, PROMPT_KEYS, ROW_KEYS, SCALAR_KEYS
+from .batch_metrics import RECOMPUTED_KEYS
 
 # Releases the whole test-suite runs against in CI (Makefile: test-main and test-trl-alt).
 TESTED_TRL_RANGE = (Version("1.15.0"), Version("1.17.0"))  # [min, max)
@@ -28,6 +47,16 @@ PRIVATE_METHODS: dict[str, tuple[str, ...]] = {
     "_generate": ("self", "prompts"),
     # buffers one generation batch and hands out steps_per_generation micro-batches
     "_prepare_inputs": ("self", "generation_batch"),
+    # transformers' Trainer: writes the RNG state into a checkpoint, on every process (the refill state goes beside)
+    "_save_rng_state": ("self", "output_dir"),
+}
+
+# TRL internals imported from trl.trainer.utils (not exported by `trl`), with their parameter names.
+TRL_HELPERS: dict[str, tuple[str, ...]] = {
+    # the default output_dir when args=None, as GRPOTrainer builds it
+    "get_config_model_id": ("config",),
+    # whether TRL awaits a reward function (the reward-error guard must keep a function async)
+    "is_async_callable": ("func",),
 }
 
 # Private attributes read or extended after GRPOTrainer.__init__.
@@ -44,6 +73,14 @@ PRIVATE_ATTRIBUTES: tuple[str, ...] = (
     "eos_token_ids",
     "log_completions",
 )
+
+# Private class attributes of GRPOTrainer that DAPOTrainer overrides.
+PRIVATE_CLASS_ATTRIBUTES: tuple[str, ...] = (
+    "_tag_names",  # the model card's tags: DAPOTrainer adds "dapo"
+)
+
+# Keys of GRPOTrainer._logs (the completions table) that dynamic sampling rebuilds for the update batch.
+LOG_KEYS: tuple[str, ...] = ("prompt", "completion", "rewards", "advantages", "extra")
 
 
 class TRLCompatibilityError(RuntimeError):
@@ -71,6 +108,149 @@ def check_private_methods(trainer_class: type = GRPOTrainer) -> None:
             )
 
 
+def check_private_class_attributes(trainer_class: type = GRPOTrainer) -> None:
+    """Raise `TRLCompatibilityError` if GRPOTrainer lacks a class attribute that DAPOTrainer overrides."""
+    missing = [name for name in PRIVATE_CLASS_ATTRIBUTES if not hasattr(trainer_class, name)]
+    if missing:
+        raise TRLCompatibilityError(
+            f"trl {trl.__version__}: GRPOTrainer has no {missing}; trl_dapo_ext must be updated for this TRL "
+            "release (see trl_dapo_ext/compat.py)."
+        )
+
+
+def check_trl_helpers() -> None:
+    """Raise `TRLCompatibilityError` if a TRL helper we import is missing or has other parameters."""
+    for name, expected in TRL_HELPERS.items():
+        helper = getattr(trl_utils, name, None)
+        found = tuple(inspect.signature(helper).parameters) if helper is not None else None
+        if found != expected:
+            raise TRLCompatibilityError(
+                f"trl {trl.__version__}: trl.trainer.utils.{name} is {'missing' if found is None else found}, "
+                f"pinned {expected}; trl_dapo_ext must be updated for this TRL release (see trl_dapo_ext/compat.py)."
+            )
+
+
+def _method_tree(trainer_class: type, name: str) -> ast.AST | None:
+    """The parsed source of ``trainer_class.<name>``; None when the installed TRL ships no source."""
+    try:
+        source = inspect.getsource(inspect.unwrap(getattr(trainer_class, name)))
+    except (OSError, TypeError):
+        return None
+    return ast.parse(textwrap.dedent(source))
+
+
+def returned_batch_keys(trainer_class: type = GRPOTrainer) -> set[str] | None:
+    """The keys ``_generate_and_score_completions`` puts into its ``output`` dict, read from its source."""
+    tree = _method_tree(trainer_class, "_generate_and_score_completions")
+    if tree is None:
+        return None
+    keys = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict):
+            if any(isinstance(t, ast.Name) and t.id == "output" for t in node.targets):
+                keys.update(k.value for k in node.value.keys if isinstance(k, ast.Constant))
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
+            if isinstance(node.value, ast.Name) and node.value.id == "output" and isinstance(node.slice, ast.Constant):
+                keys.add(node.slice.value)
+    return keys
+
+
+def check_batch_keys(trainer_class: type = GRPOTrainer) -> None:
+    """Raise `TRLCompatibilityError` if TRL's batch dict can hold a key that `batch.py` does not classify.
+
+    Dynamic sampling selects rows of every key and re-pads prompt keys on the left, completion keys on the right;
+    a key it does not know would be concatenated wrongly. (`batch.check_keys` also refuses one at run time.)
+    """
+    keys = returned_batch_keys(trainer_class)
+    if keys is None:  # no source to read: batch.check_keys still refuses an unknown key at the first round
+        return
+    known = {*PROMPT_KEYS, *COMPLETION_KEYS, *ROW_KEYS, *SCALAR_KEYS, *MULTIMODAL_KEYS}
+    unknown = sorted(keys - known)
+    if unknown:
+        raise TRLCompatibilityError(
+            f"trl {trl.__version__}: GRPOTrainer._generate_and_score_completions can return {unknown}, which "
+            "trl_dapo_ext/batch.py does not classify (prompt side, completion side, per row or scalar); "
+            "trl_dapo_ext must be updated for this TRL release (see trl_dapo_ext/compat.py)."
+        )
+
+
+def logged_metric_keys(trainer_class: type = GRPOTrainer) -> set[str] | None:
+    """The literal metric names ``_generate`` and ``_generate_and_score_completions`` append to ``_metrics``."""
+    keys = set()
+    for name in ("_generate", "_generate_and_score_completions"):
+        tree = _method_tree(trainer_class, name)
+        if tree is None:
+            return None
+        for node in ast.walk(tree):
+            # self._metrics[mode]["name"], or an f-string name with "{}" for each placeholder
+            inner = node.value if isinstance(node, ast.Subscript) else None
+            if isinstance(inner, ast.Subscript) and isinstance(inner.value, ast.Attribute):
+                if inner.value.attr == "_metrics":
+                    keys.add(_literal_template(node.slice))
+    keys.discard(None)
+    return keys
+
+
+def _literal_template(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(part.value if isinstance(part, ast.Constant) else "{}" for part in node.values)
+    return None
+
+
+def check_recomputed_metrics(trainer_class: type = GRPOTrainer) -> None:
+    """Raise `TRLCompatibilityError` if TRL no longer logs a metric that dynamic sampling recomputes.
+
+    `batch_metrics.py` replaces TRL's per-call values of these keys by values for the batch actually trained on;
+    a renamed key would leave TRL's value (averaged over discarded rounds) and add a stale one beside it.
+    """
+    keys = logged_metric_keys(trainer_class)
+    if keys is None:
+        return
+    missing = [key for key in (*RECOMPUTED_KEYS, "rewards/{}/mean", "rewards/{}/std") if key not in keys]
+    if missing:
+        raise TRLCompatibilityError(
+            f"trl {trl.__version__}: GRPOTrainer no longer logs {missing}, which trl_dapo_ext/batch_metrics.py "
+            "recomputes for dynamic sampling; trl_dapo_ext must be updated for this TRL release (see "
+            "trl_dapo_ext/compat.py)."
+        )
+
+
+def check_progress_bar(callback_class: type = ProgressCallback) -> None:
+    """Raise `TRLCompatibilityError` if transformers' progress callback has no ``training_bar`` attribute."""
+    if not hasattr(callback_class(), "training_bar"):
+        raise TRLCompatibilityError(
+            f"{callback_class.__name__} has no training_bar attribute, where dynamic sampling shows its refill "
+            "rounds; trl_dapo_ext must be updated for this transformers release (see trl_dapo_ext/compat.py)."
+        )
+
+
+def check_log_buffers(trainer: Any) -> None:
+    """Raise `TRLCompatibilityError` unless ``_logs`` and ``_metrics`` have the layout dynamic sampling relies on.
+
+    Dynamic sampling swaps ``_logs`` for unbounded buffers of the same shape during its rounds and rebuilds it for
+    the update batch, and truncates the per-call values in ``_metrics["train"][key]`` lists in place.
+    """
+    logs, metrics = getattr(trainer, "_logs", None), getattr(trainer, "_metrics", None)
+    problems = []
+    if not isinstance(logs, dict) or not set(LOG_KEYS) <= set(logs):
+        problems.append(f"_logs lacks {sorted(set(LOG_KEYS) - set(logs or {}))}")
+    else:
+        for key in LOG_KEYS:
+            expected = defaultdict if key in ("rewards", "extra") else deque
+            if not isinstance(logs[key], expected):
+                problems.append(f"_logs[{key!r}] is a {type(logs[key]).__name__}, not a {expected.__name__}")
+    train = metrics.get("train") if isinstance(metrics, dict) else None
+    if not isinstance(train, defaultdict) or train.default_factory is not list:
+        problems.append('_metrics["train"] is not a defaultdict(list)')
+    if problems:
+        raise TRLCompatibilityError(
+            f"trl {trl.__version__}: {'; '.join(problems)}; trl_dapo_ext must be updated for this TRL release "
+            "(see trl_dapo_ext/compat.py)."
+        )
+
+
 def check_private_attributes(trainer: GRPOTrainer) -> None:
     """Raise `TRLCompatibilityError` if a constructed trainer lacks an attribute we read or extend."""
     missing = [name for name in PRIVATE_ATTRIBUTES if not hasattr(trainer, name)]
@@ -91,4 +271,12 @@ def warn_if_untested() -> None:
 
 
 check_private_methods()
+check_private_class_attributes()
+check_trl_helpers()
+check_batch_keys()
+check_recomputed_metrics()
+check_progress_bar()
 warn_if_untested()
+
+get_config_model_id = trl_utils.get_config_model_id
+is_async_callable = trl_utils.is_async_callable

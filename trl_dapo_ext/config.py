@@ -7,6 +7,8 @@ Invalid combinations fail here, at construction, with a message naming the field
 from __future__ import annotations
 
 import copy
+import dataclasses
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -231,6 +233,14 @@ class DAPOConfig(GRPOConfig):
 
     # Kept separate so a plain GRPOConfig upgraded by `as_dapo_config` can be validated without re-running TRL's
     # __post_init__ (which rejects its own already-resolved batch fields).
+    def __reduce_ex__(self, protocol):
+        # An upgraded copy of a user's config class (see `as_dapo_config`) has a class made at run time, which
+        # pickle cannot find by name: it is rebuilt from the user's class instead (Trainer pickles its args).
+        source = type(self).__dict__.get("_upgraded_from")
+        if source is None:
+            return super().__reduce_ex__(protocol)
+        return (_restore_upgraded, (source, dict(self.__dict__)))
+
     def _validate_extension_fields(self) -> None:
         if self.advantage_estimator not in ESTIMATORS:
             raise ValueError(
@@ -366,14 +376,50 @@ class DAPOConfig(GRPOConfig):
 def as_dapo_config(args: GRPOConfig) -> DAPOConfig:
     """Return ``args`` as a `DAPOConfig`; a plain ``trl.GRPOConfig`` gets every extension field at its default.
 
-    This lets `DAPOTrainer` accept the config of an unchanged TRL script. The copy shares no state with ``args``.
+    This lets `DAPOTrainer` accept the config of an unchanged TRL script. A `DAPOConfig` is returned as it is. Any
+    other config becomes a copy whose class derives from both `DAPOConfig` and the config's own class (so a user's
+    ``GRPOConfig`` subclass keeps its fields and methods); every field value is deep-copied, so changing the copy's
+    lists or dicts leaves ``args`` untouched. (The device state that ``TrainingArguments`` sets up once per process
+    is not a field and stays shared.)
+
+    Example:
+        >>> import trl
+        >>> plain = trl.GRPOConfig("out", use_cpu=True, bf16=False, reward_weights=[1.0])  # doctest: +SKIP
+        >>> upgraded = as_dapo_config(plain)  # doctest: +SKIP
+        >>> upgraded.reward_weights.append(0.5); plain.reward_weights  # doctest: +SKIP
+        [1.0]
     """
     if isinstance(args, DAPOConfig):
         return args
     if not isinstance(args, GRPOConfig):
         raise TypeError(f"args must be a trl.GRPOConfig or DAPOConfig, got {type(args).__name__}")
-    upgraded = copy.copy(args)
-    # The extension fields all have plain class-level defaults, so the upgraded instance reads them from the class.
-    upgraded.__class__ = DAPOConfig
+    upgraded = _upgraded_class(type(args)).__new__(_upgraded_class(type(args)))
+    upgraded.__dict__.update(args.__dict__)
+    for item in dataclasses.fields(upgraded):
+        if item.name in args.__dict__:
+            setattr(upgraded, item.name, copy.deepcopy(args.__dict__[item.name]))
+        elif item.default is not dataclasses.MISSING:  # an extension field
+            setattr(upgraded, item.name, item.default)
+        else:
+            setattr(upgraded, item.name, item.default_factory())
     upgraded._validate_extension_fields()
     return upgraded
+
+
+@functools.cache
+def _upgraded_class(config_class: type) -> type:
+    """`DAPOConfig` itself for ``trl.GRPOConfig``; for a user's subclass, one dataclass deriving from both."""
+    if config_class is GRPOConfig:
+        return DAPOConfig
+    name = f"DAPO{config_class.__name__}"
+    upgraded = dataclass(type(name, (DAPOConfig, config_class), {"__module__": __name__, "__qualname__": name}))
+    upgraded._upgraded_from = config_class
+    return upgraded
+
+
+def _restore_upgraded(config_class: type, state: dict) -> DAPOConfig:
+    """Unpickle an upgraded copy of a user's config class (that class is pickled by reference, as usual)."""
+    upgraded = _upgraded_class(config_class)
+    config = upgraded.__new__(upgraded)
+    config.__dict__.update(state)
+    return config

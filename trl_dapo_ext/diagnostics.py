@@ -18,7 +18,7 @@ Metric groups (prefix: function):
 
 * ``groups/``: :func:`group_metrics` (contrast split, within-group spread, pass@1 and pass@k)
 * ``length/``: :func:`length_metrics` (truncation, overlong buffer and penalty, accuracy before / after shaping)
-* ``cost/``:   :func:`token_metrics`, :func:`generation_cost`, :func:`peak_memory_gb`
+* ``cost/``:   :func:`token_metrics`, :func:`generation_cost`, :func:`peak_memory_gb`, :func:`allocated_memory_gb`
 * ``time/``:   :class:`StepTimer` and :func:`time_split`
 """
 
@@ -282,11 +282,12 @@ def generation_cost(generated_tokens: int, retained_groups: int) -> dict[str, fl
     return {"cost/generated_tokens_per_retained_group": _ratio(generated_tokens, retained_groups)}
 
 
-def peak_memory_gb(device: torch.device | int | None = None, reset: bool = False) -> float | None:
-    """Peak accelerator memory allocated by tensors since the last reset, in GiB (2**30 bytes); None without CUDA.
+def peak_memory_gb(device: torch.device | int | None = None) -> float | None:
+    """Peak accelerator memory allocated by tensors in this process, in GiB (2**30 bytes); None without CUDA.
 
-    With ``reset=True`` the peak counter restarts after the reading, so calling it once per logging step gives each
-    step's own peak. None means "skip the metric" (CPU runs log no ``cost/peak_memory_gb``).
+    Read-only: the peak counter belongs to the process (``trl-dapo train`` resets it once, before training, and
+    reads it again for ``train_summary.json``), so reading it every step gives the run's peak so far. None means
+    "skip the metric" (CPU runs log no ``cost/peak_memory_gb``).
 
     Example:
         >>> value = peak_memory_gb()
@@ -295,10 +296,20 @@ def peak_memory_gb(device: torch.device | int | None = None, reset: bool = False
     """
     if not torch.cuda.is_available():
         return None
-    peak = torch.cuda.max_memory_allocated(device) / 2**30
-    if reset:
-        torch.cuda.reset_peak_memory_stats(device)
-    return peak
+    return torch.cuda.max_memory_allocated(device) / 2**30
+
+
+def allocated_memory_gb(device: torch.device | int | None = None) -> float | None:
+    """Accelerator memory held by tensors right now, in GiB; None without CUDA. Once per step: creeping up is a leak.
+
+    Example:
+        >>> value = allocated_memory_gb()
+        >>> value is None or value >= 0.0
+        True
+    """
+    if not torch.cuda.is_available():
+        return None
+    return torch.cuda.memory_allocated(device) / 2**30
 
 
 # ------------------------------------------------------------------------------------------------------------ time/

@@ -24,7 +24,6 @@ from typing import Any
 import datasets
 import torch
 from accelerate.utils import gather_object
-from transformers import TrainerCallback
 from transformers.trainer_callback import ProgressCallback
 
 from .advantages import combine_rewards
@@ -48,6 +47,17 @@ REFILL_STATE_FILE = "dapo_refill_state.json"
 # With dynamic sampling, each training row carries its dataset index in this column, so that the prompt history also
 # learns from the dataloader's own prompts; it is removed before TRL (and the reward functions) see the rows.
 PROMPT_INDEX_COLUMN = "dapo_ext_prompt_index"
+
+
+def refill_state_file(process_index: int, world_size: int) -> str:
+    """Name of a process's refill-state file in a checkpoint, following the RNG state's (``rng_state_{i}.pth``).
+
+    Example:
+        >>> refill_state_file(0, 1), refill_state_file(3, 4)
+        ('dapo_refill_state.json', 'dapo_refill_state_3.json')
+    """
+    stem, extension = os.path.splitext(REFILL_STATE_FILE)
+    return REFILL_STATE_FILE if world_size <= 1 else f"{stem}_{process_index}{extension}"
 
 
 def _with_prompt_index(dataset: Any) -> Any:
@@ -152,7 +162,6 @@ class DynamicSamplingMixin:
         self._skip_counts = [0, 0, 0]  # this step: skipped, readmitted, forced refill prompts
         self._reward_range = [math.inf, -math.inf]  # filter-reward extremes seen so far (all_max / all_min split)
         self._warned_fill = False
-        self.add_callback(_RefillCheckpointCallback(self))
 
     def _resolve_filter_reward_funcs(self, selection: list[str] | None) -> list[int]:
         names = self.reward_func_names
@@ -258,9 +267,8 @@ class DynamicSamplingMixin:
             if self.log_completions:
                 self._logs = round_logs[round_index] = _empty_like(original_logs)
             started = time.perf_counter()
-            output = super()._generate_and_score_completions(rows)
+            output, record = self._scored_round(rows)
             self._time_round(len(rows), time.perf_counter() - started)
-            record = self._last_round
             local_count = len(rows)
             if args.diagnostics:
                 attempted_rewards.append(record.rewards_per_func)
@@ -591,11 +599,13 @@ class DynamicSamplingMixin:
         )
 
     def dynamic_sampling_state(self) -> dict[str, Any]:
-        """The refill stream's position, the planner's retention estimate and the prompt history (JSON-ready)."""
+        """Everything that steers refill (JSON-ready): the refill stream's position, the planner's estimates, the
+        reward range seen so far (it splits the zero-variance groups and the history's tallies) and the history."""
         return {
             "refill": self.refill_sampler.state_dict(),
             "planner": self.refill_planner.state_dict() if self.refill_planner is not None else None,
             "history": self.prompt_history.state_dict() if self.prompt_history is not None else None,
+            "reward_range": list(self._reward_range),
         }
 
     def load_dynamic_sampling_state(self, state: dict[str, Any]) -> None:
@@ -603,21 +613,31 @@ class DynamicSamplingMixin:
         for name, component in (("planner", self.refill_planner), ("history", self.prompt_history)):
             if component is not None and state.get(name) is not None:
                 component.load_state_dict(state[name])
+        if state.get("reward_range") is not None:
+            self._reward_range = [float(value) for value in state["reward_range"]]
 
+    def save_dynamic_sampling_state(self, folder: str, process_index: int, world_size: int) -> str:
+        """Write this process's refill state into a checkpoint ``folder``; return the file's path.
 
-class _RefillCheckpointCallback(TrainerCallback):
-    """Writes the refill stream's position into every checkpoint (the main process; all processes agree)."""
+        Every process writes its own file (the states agree: each is built from gathered values), so every node
+        of a run finds one beside its own RNG state, whether or not the checkpoint folder is shared. Written to a
+        temporary name first, so an interrupted write never leaves a truncated state behind; errors propagate.
+        """
+        path = os.path.join(folder, refill_state_file(process_index, world_size))
+        partial = f"{path}.partial"
+        try:
+            with open(partial, "w") as handle:
+                json.dump(self.dynamic_sampling_state(), handle)
+            os.replace(partial, path)
+        except BaseException:
+            if os.path.exists(partial):
+                os.remove(partial)
+            raise
+        return path
 
-    def __init__(self, trainer: DynamicSamplingMixin):
-        self.trainer = trainer
-
-    def on_save(self, args, state, control, **kwargs):
-        if state.is_world_process_zero:
-            folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
-            if os.path.isdir(folder):
-                with open(os.path.join(folder, REFILL_STATE_FILE), "w") as handle:
-                    json.dump(self.trainer.dynamic_sampling_state(), handle)
-        return control
+    def load_dynamic_sampling_state_file(self, path: str) -> None:
+        with open(path) as handle:
+            self.load_dynamic_sampling_state(json.load(handle))
 
 
 def _empty_like(logs: dict[str, Any]) -> dict[str, Any]:

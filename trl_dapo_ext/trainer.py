@@ -2,18 +2,21 @@
 
 Overridden `GRPOTrainer` methods (pinned in `compat.py`) and why:
 
-* ``__init__``: accepts a plain ``trl.GRPOConfig``; appends the overlong penalty as one more reward function (so it
-  is added to the reward before advantages, logged on its own, and works with every generation backend); sets up the
-  refill stream for dynamic sampling.
+* ``__init__``: takes exactly ``GRPOTrainer.__init__``'s parameters (its signature is copied, so a new TRL parameter
+  passes through); accepts a plain ``trl.GRPOConfig``; appends the overlong penalty as one more reward function (so
+  it is added to the reward before advantages, logged on its own, and works with every generation backend); sets up
+  the refill stream for dynamic sampling.
 * ``_calculate_rewards``: calls ``super()`` and keeps the gathered ``(N_global, n_funcs)`` reward matrix and the
-  round's completions, which TRL does not return from a generation round; names the failing step when a reward
-  function raises.
+  round's completions, which TRL does not return from a generation round; while it runs, each reward function is
+  guarded so that an exception it raises names the function and the step (errors from elsewhere pass unchanged).
 * ``_generate_and_score_completions``: without dynamic sampling, one ``super()`` call, then the configured advantage
   estimator. With it (training only), ``super()`` once per generation round, keeping the informative groups, until
   the batch is full or the round budget is spent; then advantages, ``num_items_in_batch`` and TRL's batch metrics are
   recomputed on the batch actually trained on. That loop, the refill stream and the batch assembly live in
   `dynamic_sampling.DynamicSamplingMixin`.
-* ``train``: restores the refill stream, the round planner and the prompt history when resuming from a checkpoint.
+* ``_save_rng_state`` / ``train``: every process writes the state that steers refill (stream position, planner
+  estimates, reward range, prompt history) beside its RNG state in each checkpoint; ``train`` restores it when
+  resuming.
 * ``_generate``, ``_prepare_inputs``, ``training_step``: each calls ``super()`` inside a section of the step timer
   (``diagnostics=True``: the ``time/`` split); without diagnostics the timer is a no-op.
 
@@ -23,7 +26,7 @@ exactly what ``trl.GRPOTrainer`` computes.
 
 from __future__ import annotations
 
-import json
+import inspect
 import os
 import warnings
 from contextlib import nullcontext
@@ -32,13 +35,20 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 from transformers.trainer_utils import get_last_checkpoint
-from trl import GRPOConfig, GRPOTrainer
-from trl.trainer.utils import get_config_model_id
+from trl import GRPOTrainer
 
 from . import compat
 from .advantages import combine_rewards, group_advantages, normalize_then_sum_advantages
 from .config import DAPOConfig, as_dapo_config
-from .diagnostics import StepTimer, generation_cost, group_metrics, length_metrics, peak_memory_gb, token_metrics
+from .diagnostics import (
+    StepTimer,
+    allocated_memory_gb,
+    generation_cost,
+    group_metrics,
+    length_metrics,
+    peak_memory_gb,
+    token_metrics,
+)
 from .dynamic_sampling import (  # noqa: F401  (re-exported: the public names users import from here)
     PROMPT_INDEX_COLUMN,
     REFILL_STATE_FILE,
@@ -46,12 +56,16 @@ from .dynamic_sampling import (  # noqa: F401  (re-exported: the public names us
     DynamicSamplingMixin,
     _Round,
     _with_prompt_index,
+    refill_state_file,
 )
 from .overlong import OverlongPenalty
 
+# DAPOTrainer.__init__ takes exactly these parameters (of the installed TRL release).
+_GRPO_INIT_SIGNATURE = inspect.signature(GRPOTrainer.__init__)
+
 
 class RewardFunctionError(RuntimeError):
-    """A reward function raised; the message names the step and the reward functions."""
+    """A reward function raised; the message names it and the step, and the original exception is the cause."""
 
 
 class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
@@ -65,15 +79,23 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
 
     _tag_names = ["trl", "grpo", "dapo"]
 
-    def __init__(self, model, reward_funcs=None, args: GRPOConfig | None = None, **kwargs: Any):
-        if args is None:
-            model_name = model if isinstance(model, str) else get_config_model_id(model.config)
-            args = DAPOConfig(f"{model_name.split('/')[-1]}-GRPO")
-        args = as_dapo_config(args)
-        if args.dynamic_sampling and "train_dataset" in kwargs:
-            kwargs["train_dataset"] = _with_prompt_index(kwargs["train_dataset"])
-        super().__init__(model, reward_funcs, args=args, **kwargs)
+    def __init__(self, *args: Any, **kwargs: Any):
+        # Bound against GRPOTrainer's own signature: whatever TRL accepts (positional or keyword) is accepted, and
+        # anything else is refused with TRL's TypeError.
+        bound = _GRPO_INIT_SIGNATURE.bind(self, *args, **kwargs)
+        params = bound.arguments
+        config = params.get("args")
+        if config is None:  # TRL's default, as a DAPOConfig
+            model = params["model"]
+            model_name = model if isinstance(model, str) else compat.get_config_model_id(model.config)
+            config = DAPOConfig(f"{model_name.split('/')[-1]}-GRPO")
+        config = params["args"] = as_dapo_config(config)
+        if config.dynamic_sampling and params.get("train_dataset") is not None:
+            params["train_dataset"] = _with_prompt_index(params["train_dataset"])
+        super().__init__(*bound.args[1:], **bound.kwargs)
         compat.check_private_attributes(self)
+        compat.check_log_buffers(self)
+        args = self.args
 
         self._last_round: _Round | None = None
         # Columns of the reward matrix that score the task (everything but our overlong penalty).
@@ -88,6 +110,8 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
         if args.diagnostics:
             self.step_timer = StepTimer(("generation", "reward", "scoring", "update"))
             self.add_callback(_DiagnosticsCallback(self))
+
+    __init__.__signature__ = _GRPO_INIT_SIGNATURE  # what help() and inspect show: TRL's parameters
 
     def _append_reward_function(self, reward_func, weight: float = 1.0) -> None:
         # After super().__init__ (its reward_weights length check counts only the user's functions), the same way
@@ -106,28 +130,75 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
         return self.args.advantage_estimator != "grpo" or self.args.reward_std != "sample"
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        # Only the reward functions' own exceptions are renamed: an OOM or a collective's error raised elsewhere in
+        # TRL's method (e.g. gathering the reward matrix) passes through unchanged.
+        user_funcs = self.reward_funcs
+        self.reward_funcs = [self._guarded(func, name) for func, name in zip(user_funcs, self.reward_func_names)]
         try:
             with self._timed("reward"):
                 rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        except Exception as error:
-            raise RewardFunctionError(
-                f"a reward function raised at step {self.state.global_step} (reward functions: "
-                f"{self.reward_func_names}): {type(error).__name__}: {error}. Fix the function, or return None for "
-                "completions it cannot score (TRL leaves those out of the advantages)."
-            ) from error
+        finally:
+            self.reward_funcs = user_funcs
         self._last_round = _Round(rewards_per_func=rewards_per_func, completion_ids=completion_ids_list)
         return rewards_per_func
+
+    def _guarded(self, func: Any, name: str) -> Any:
+        """``func`` (sync or async, as TRL will call it) raising `RewardFunctionError` instead; models unchanged."""
+        if isinstance(func, torch.nn.Module):
+            return func
+
+        def named(error: Exception) -> RewardFunctionError:
+            where = (
+                f"training step {self.state.global_step + 1}"  # the step being generated for, counted from 1
+                if self.model.training
+                else f"evaluation after training step {self.state.global_step}"
+            )
+            return RewardFunctionError(
+                f"reward function {name!r} raised at {where}: {type(error).__name__}: {error}. Fix the function, "
+                "or return None for completions it cannot score (TRL leaves those out of the advantages)."
+            )
+
+        if compat.is_async_callable(func):
+
+            async def guarded_async(*args, **kwargs):
+                try:
+                    return await func(*args, **kwargs)
+                except Exception as error:
+                    raise named(error) from error
+
+            return guarded_async
+
+        def guarded(*args, **kwargs):
+            try:
+                return func(*args, **kwargs)
+            except Exception as error:
+                raise named(error) from error
+
+        return guarded
+
+    def _scored_round(self, rows: list[dict[str, Any]], need_rewards: bool = True) -> tuple[dict[str, Any], Any]:
+        """One TRL generation round on ``rows``: its output dict and what `_calculate_rewards` recorded of it."""
+        self._last_round = None  # so that a round which never scores cannot pass off the previous round's rewards
+        output = super()._generate_and_score_completions(rows)
+        if need_rewards and self._last_round is None:
+            raise RuntimeError(
+                f"trl {compat.trl_version()}: GRPOTrainer._generate_and_score_completions returned without calling "
+                "_calculate_rewards, so this round's rewards are unknown and its advantages cannot be recomputed. "
+                "trl_dapo_ext must be updated for this code path (see trl_dapo_ext/compat.py); meanwhile set the "
+                "DAPO fields to their defaults."
+            )
+        return output, self._last_round
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, torch.Tensor | Any]:
         if self.args.dynamic_sampling and self.model.training:
             return self._dynamic_sampling_batch(inputs)
-        output = super()._generate_and_score_completions(inputs)
-        record = self._last_round
+        diagnose = self.args.diagnostics and self.model.training
+        output, record = self._scored_round(inputs, need_rewards=self.recomputes_advantages or diagnose)
         if self.recomputes_advantages:
             advantages = self._advantages(record.rewards_per_func)
             self._replace_logged_advantages(advantages)
             output["advantages"] = self._local_rows(advantages, len(inputs))
-        if self.args.diagnostics and self.model.training:
+        if diagnose:
             lengths, truncated = self._row_lengths(record.completion_ids, output.get("tool_mask"))
             self._log_diagnostics(
                 attempted=[record.rewards_per_func],
@@ -251,19 +322,28 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
     # Checkpointing of the refill stream
     # ------------------------------------------------------------------------------------------------------------
 
+    def _save_rng_state(self, output_dir: str) -> None:
+        # Trainer calls this on every process (not only those that save the model), into the checkpoint folder
+        # it just created: each process's refill state lands beside its own RNG state, also with save_on_each_node
+        # or a trial's own run folder. A failed write raises (OSError) instead of leaving a checkpoint that would
+        # resume with another refill stream.
+        super()._save_rng_state(output_dir)
+        if self.args.dynamic_sampling:
+            self.save_dynamic_sampling_state(output_dir, self.args.process_index, self.args.world_size)
+
     def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
         if self.args.dynamic_sampling and resume_from_checkpoint:
             checkpoint = resume_from_checkpoint
             if checkpoint is True:
                 checkpoint = get_last_checkpoint(self.args.output_dir)
-            state_file = os.path.join(checkpoint, REFILL_STATE_FILE) if checkpoint else None
+            name = refill_state_file(self.args.process_index, self.args.world_size)
+            state_file = os.path.join(checkpoint, name) if checkpoint else None
             if state_file and os.path.isfile(state_file):
-                with open(state_file) as handle:
-                    self.load_dynamic_sampling_state(json.load(handle))
+                self.load_dynamic_sampling_state_file(state_file)
             else:
                 warnings.warn(
-                    f"resuming from {checkpoint} without {REFILL_STATE_FILE}: the refill stream restarts from the "
-                    "beginning (refill prompts may repeat).",
+                    f"resuming from {checkpoint} without {name}: the refill stream restarts from the beginning "
+                    "(refill prompts may repeat) and the round planner and prompt history start empty.",
                     stacklevel=2,
                 )
         return super().train(resume_from_checkpoint, *args, **kwargs)
@@ -292,6 +372,9 @@ class _DiagnosticsCallback(TrainerCallback):
         metrics = self.trainer._metrics["train"]
         for key, value in self.trainer.step_timer.metrics().items():
             metrics[key].append(value)
-        memory = peak_memory_gb(reset=True)  # this step's peak, not the run's
-        if memory is not None:
-            metrics["cost/peak_memory_gb"].append(memory)
+        # The peak counter is never reset here: it is the process's (and train_summary.json reads it at the end),
+        # so the logged peak is the run's so far; the memory still held at the step's end shows a leak per step.
+        peak = peak_memory_gb()
+        if peak is not None:
+            metrics["cost/peak_memory_gb"].append(peak)
+            metrics["cost/memory_allocated_gb"].append(allocated_memory_gb())

@@ -409,7 +409,7 @@ def _summary(trainer, result, wall: float, model_args: ModelConfig) -> dict[str,
 
 def _draw_report(output: Path) -> None:
     if importlib.util.find_spec("matplotlib") is None:
-        print("report skipped: matplotlib is not installed (pip install 'trl-dapo-ext[plots]')")
+        print("report skipped: matplotlib is not installed (a dependency of trl-dapo-ext: pip install matplotlib)")
         return
     from trl_dapo_ext.cli.report import ReportError, build_report
 

@@ -1,0 +1,107 @@
+"""When the code sandbox itself fails: a clear error instead of rewards of None, and a fallback that never hides."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import types
+
+import pytest
+
+import reward_funcs._sandbox as sb
+import reward_funcs.code_tests as ct
+from reward_funcs import make_code_reward
+
+SANDBOX_FAILURE_LIMIT = getattr(ct, "SANDBOX_FAILURE_LIMIT", 3)
+PROGRAMS = [
+    f"```python\ndef f(x):\n    return x + {k}\n```" for k in range(2 * SANDBOX_FAILURE_LIMIT)
+]  # distinct: each is run
+TESTS = [f"assert f(1) == {1 + k}" for k in range(len(PROGRAMS))]  # every program passes its own test
+
+
+def _broken_launcher(backend, result_fd, site_packages):
+    # The supervisor dies at start-up, as it does when `unshare` is refused or the interpreter cannot start.
+    return [
+        sys.executable,
+        "-c",
+        "import sys; sys.stderr.write('unshare: unshare failed: Operation not permitted'); sys.exit(1)",
+    ]
+
+
+def test_a_sandbox_that_cannot_run_code_raises_after_a_few_failures(monkeypatch):
+    backend = sb.resolve_backend("auto")  # probed while the sandbox still works
+    monkeypatch.setattr(sb, "_launcher_cmd", _broken_launcher)
+    reward = make_code_reward(max_workers=1, name="unit_tests")
+    with pytest.raises(sb.SandboxUnavailable) as caught:
+        reward(PROGRAMS, tests=TESTS)
+    message = str(caught.value)
+    assert (
+        f"unit_tests: the code sandbox (backend {backend!r}) failed {SANDBOX_FAILURE_LIMIT} times in a row" in message
+    )
+    assert "Operation not permitted" in message  # what failed
+    assert "isolation=" in message and "docs/code-sandbox.md" in message  # how to fix it
+
+
+def test_an_isolated_failure_is_no_verdict_and_a_success_resets_the_count(monkeypatch):
+    real = sb.run_job
+    failures = iter([True] * (SANDBOX_FAILURE_LIMIT - 1) + [False] * 2 + [True] * (SANDBOX_FAILURE_LIMIT - 1))
+
+    def flaky(*args, **kwargs):
+        if next(failures, False):
+            raise RuntimeError("sandbox supervisor failed (exit 1): transient")
+        return real(*args, **kwargs)
+
+    sb.resolve_backend("auto")
+    monkeypatch.setattr(sb, "run_job", flaky)
+    reward = make_code_reward(max_workers=1)
+    with pytest.warns(RuntimeWarning, match="no verdict"):
+        scores = reward(PROGRAMS, tests=TESTS)
+    # failures, verdicts, failures again: never LIMIT in a row, so no error; a failure scores None, not 0.
+    none = [None] * (SANDBOX_FAILURE_LIMIT - 1)
+    assert scores == none + [1.0, 1.0] + none
+
+
+@pytest.fixture
+def no_namespaces(monkeypatch):
+    """Namespaces fail their probe; the fallbacks work (nothing is actually run by the tests using this)."""
+    monkeypatch.setattr(sb, "_backend_cache", {})
+    monkeypatch.setattr(sb, "_fallback_reasons", {}, raising=False)
+    monkeypatch.setattr(
+        sb, "_probe", lambda backend: "simulated: user namespaces disabled" if backend.startswith("ns") else ""
+    )
+
+
+@pytest.mark.parametrize("euid, backend", [(0, "root"), (1000, "user")])
+def test_fallback_is_a_metric_and_warned_at_each_trainer_start(no_namespaces, monkeypatch, caplog, euid, backend):
+    monkeypatch.setattr(sb.os, "geteuid", lambda: euid)
+    reward = make_code_reward(name="unit_tests")
+    metrics = []
+    no_code = ["no code here"] * 2
+    with caplog.at_level(logging.WARNING, logger="reward_funcs"):
+        for state in [types.SimpleNamespace(global_step=0)] * 2 + [types.SimpleNamespace(global_step=0)]:
+            kwargs = dict(trainer_state=state, log_metric=lambda name, value: metrics.append((name, value)))
+            assert reward(no_code, tests=TESTS[:2], **kwargs) == [0.0, 0.0]
+    notices = [r.getMessage() for r in caplog.records if "falling back" in r.getMessage()]
+    assert len(notices) == 2  # two trainer starts (two TrainerState objects), three calls
+    assert "simulated: user namespaces disabled" in notices[0]
+    if backend == "user":
+        assert "under the trainer's own uid" in notices[0]
+    assert metrics == [("unit_tests/sandbox_fallback", 1.0)] * 3
+
+
+def test_no_fallback_metric_is_zero():
+    reward = make_code_reward(name="unit_tests")
+    if sb.resolve_backend("auto") not in ("ns-root", "ns-user"):
+        pytest.skip("namespaces unavailable here")
+    metrics = []
+    reward(["no code"], tests=TESTS[:1], trainer_state=object(), log_metric=lambda n, v: metrics.append((n, v)))
+    assert metrics == [("unit_tests/sandbox_fallback", 0.0)]
+
+
+def test_namespaces_never_fall_back(no_namespaces, monkeypatch):
+    monkeypatch.setenv("CODE_REWARD_ISOLATION", "rlimits")  # only consulted for isolation="auto"
+    with pytest.raises(sb.SandboxUnavailable, match="namespace isolation unavailable"):
+        sb.resolve_backend("namespaces")
+    reward = make_code_reward(isolation="namespaces")
+    with pytest.raises(sb.SandboxUnavailable, match="namespace isolation unavailable"):
+        reward(PROGRAMS[:1], tests=TESTS[:1])

@@ -1,0 +1,100 @@
+"""Exact resume of dynamic sampling: everything that steers refill is saved beside the trainer's RNG state."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from test_dynamic_sampling import build, ds_logs, kinds_dataset
+
+from trl_dapo_ext.dynamic_sampling import REFILL_STATE_FILE
+
+pytestmark = pytest.mark.trainer
+
+# The default planner (oversample=None) with prompt-history skipping on.
+RESUME = dict(
+    max_steps=4,
+    save_strategy="steps",
+    save_steps=2,
+    dynamic_sampling_skip_window=1,
+    dynamic_sampling_skip_floor=0.2,
+)
+
+
+def record_takes(trainer) -> list[tuple[int, int, list[int]]]:
+    """(step, position before the take, indices) of every draw from the refill stream."""
+    takes = []
+    sampler = trainer.refill_sampler
+    original = sampler.take
+
+    def take(count):
+        position = sampler.taken
+        indices = original(count)
+        takes.append((trainer.state.global_step, position, list(indices)))
+        return indices
+
+    sampler.take = take
+    return takes
+
+
+def steering_state(trainer) -> dict:
+    return {**trainer.dynamic_sampling_state(), "reward_range": list(trainer._reward_range)}
+
+
+def after_checkpoint(trainer, step: int = 2) -> list[dict]:
+    """The refill counters and TRL's reward metrics logged after ``step`` (the timings differ run to run)."""
+    shared = ("dynamic_sampling/", "reward", "rewards/", "completions/", "frac_reward_zero_std")
+    logs = [h for h in ds_logs(trainer) if h["step"] > step]
+    return [{"step": h["step"], **{k: v for k, v in h.items() if k.startswith(shared)}} for h in logs]
+
+
+def test_resume_is_exact_with_the_default_planner_and_history_skipping(make_model, tokenizer, tmp_path):
+    # No always-wrong prompt: the lowest reward seen keeps moving, so a reward range that restarts changes the
+    # prompt history's tallies and with them the planner's strata and round sizes.
+    dataset = kinds_dataset(["right", "varying", "right"], repeat=8)
+    full, _, _ = build(make_model, tokenizer, tmp_path, dataset, **RESUME)
+    full_takes = record_takes(full)
+    full.train()
+    checkpoint = tmp_path / "checkpoint-2"
+    assert (checkpoint / REFILL_STATE_FILE).is_file()
+    assert sum(h["dynamic_sampling/skipped_prompts"] for h in ds_logs(full)) > 0
+
+    resumed, _, _ = build(make_model, tokenizer, tmp_path, dataset, **RESUME)
+    resumed_takes = record_takes(resumed)
+    resumed.train(resume_from_checkpoint=str(checkpoint))
+
+    assert resumed_takes == [take for take in full_takes if take[0] >= 2]
+    assert after_checkpoint(resumed) == after_checkpoint(full)
+    assert steering_state(resumed) == steering_state(full)
+
+
+def test_state_is_written_where_the_rng_state_is_and_a_failed_write_raises(make_model, tokenizer, tmp_path):
+    trainer, _, _ = build(make_model, tokenizer, tmp_path, kinds_dataset(["right", "varying"], 12))
+    elsewhere = tmp_path / "hyperparameter-trial" / "checkpoint-7"  # not under args.output_dir
+    trainer._save_rng_state(str(elsewhere))
+    assert (elsewhere / "rng_state.pth").is_file()
+    saved = json.loads((elsewhere / REFILL_STATE_FILE).read_text())
+    assert saved == json.loads(json.dumps(steering_state(trainer)))
+
+    blocked = tmp_path / "blocked"
+    os.makedirs(blocked / REFILL_STATE_FILE)  # a folder where the file should go: the write cannot succeed
+    with pytest.raises(OSError, match=REFILL_STATE_FILE):
+        trainer._save_rng_state(str(blocked))
+
+
+def test_one_state_file_per_process_like_the_rng_state():
+    from trl_dapo_ext.dynamic_sampling import refill_state_file
+
+    assert refill_state_file(process_index=0, world_size=1) == REFILL_STATE_FILE
+    assert refill_state_file(process_index=1, world_size=2) == "dapo_refill_state_1.json"
+
+
+def test_resuming_from_a_checkpoint_without_the_state_warns(make_model, tokenizer, tmp_path):
+    dataset = kinds_dataset(["right", "varying"], 12)
+    first, _, _ = build(make_model, tokenizer, tmp_path, dataset, max_steps=1, save_strategy="steps", save_steps=1)
+    first.train()
+    os.remove(tmp_path / "checkpoint-1" / REFILL_STATE_FILE)
+    resumed, _, _ = build(make_model, tokenizer, tmp_path, dataset, max_steps=2)
+    with pytest.warns(UserWarning, match="refill stream restarts"):
+        resumed.train(resume_from_checkpoint=True)
