@@ -342,7 +342,10 @@ def test_checkpoint_holds_the_refill_state(make_model, tokenizer, tmp_path):
 def test_adaptive_planner_and_prompt_history(make_model, tokenizer, tmp_path):
     # Two of three prompts are constant: after their first visit the history skips them (floor 0 for the test).
     dataset = kinds_dataset(["right", "wrong", "varying"], repeat=8)
-    skipping = dict(max_steps=6, dynamic_sampling_skip_window=1, dynamic_sampling_skip_floor=0.0)
+    # The fill-chance rule's large first rounds walk the refill stream past every prompt within 6 steps.
+    skipping = dict(
+        max_steps=6, dynamic_sampling_skip_window=1, dynamic_sampling_skip_floor=0.0, dynamic_sampling_confidence=0.95
+    )
     trainer, reward, recorder = build(
         make_model, tokenizer, tmp_path, dataset, save_strategy="steps", save_steps=6, **skipping
     )
@@ -389,7 +392,10 @@ def test_the_batch_own_prompts_feed_the_history_and_the_planner_strata(make_mode
             return super().__call__(completions, kind, **kwargs)
 
     dataset = kinds_dataset(["right", "wrong", "varying"], repeat=8)
-    trainer, _, _ = build(make_model, tokenizer, tmp_path, dataset, reward=Recording(), max_steps=8)
+    # The fill-chance rule's large first rounds visit the varying prompts often enough to rank them in 8 steps.
+    trainer, _, _ = build(
+        make_model, tokenizer, tmp_path, dataset, reward=Recording(), max_steps=8, dynamic_sampling_confidence=0.95
+    )
     trainer.train()
     assert PROMPT_INDEX_COLUMN not in seen_keys
     assert PROMPT_INDEX_COLUMN in trainer.train_dataset.column_names
