@@ -7,14 +7,14 @@ warm start with the same seed, the library's `math_reward`, 16 groups of 8 compl
 * fixed 3x: a first round three times the batch (DAPO / veRL's recipe), later rounds sized from the retention;
 * fixed 1x: the batch's own prompts first, then rounds sized from the observed retention (close to one-by-one
   replacement, but batched);
-* planner: the adaptive planner (the defaults: confidence 0.95, retention decay 0.8, prompts in strata by their
-  predicted retention);
-* planner, confidence 0.99: the same, trading surplus for fewer second rounds;
-* planner, confidence 0.99, decay 0.95: also a longer memory of the retention per stratum;
-* planner + skip: the planner with prompt-history skipping (window 1, floor 0.1).
+* planner, confidence 0.95: the fill-chance rule (the default before the cost-aware planner);
+* cost-aware, measured: the default planner, its round latency fitted online from this run's own round times;
+* cost-aware + skip, measured: the same with prompt-history skipping (window 1, floor 0.1).
 
-It prints completions generated per retained group (as a multiple of G), rounds per step and discarded surplus
-groups per step. Fewer, noisier numbers than the simulator.
+It prints completions generated per retained group (as a multiple of G), rounds per step, discarded surplus groups
+per step and the measured seconds of generation and scoring per retained group, and the round cost the run measured
+(fixed latency and seconds per completion, fitted over every variant's rounds). Seconds depend on the machine and
+its load: compare rows of one run only.
 
     python benchmarks/rollout_efficiency_trainer.py [--steps 150] [--sft-steps 200]
 """
@@ -44,14 +44,16 @@ from trl_dapo_ext.cli.demo import (  # noqa: E402
     make_problems,
     warm_start,
 )
+from trl_dapo_ext.round_cost import RoundCostModel  # noqa: E402
 
 VARIANTS = {
     "fixed 3x (veRL recipe)": dict(dynamic_sampling_oversample=3.0),
     "fixed 1x, then refill": dict(dynamic_sampling_oversample=1.0),
-    "planner": dict(),
-    "planner, confidence 0.99": dict(dynamic_sampling_confidence=0.99),
-    "planner, 0.99, decay 0.95": dict(dynamic_sampling_confidence=0.99, dynamic_sampling_retention_decay=0.95),
-    "planner + skip": dict(dynamic_sampling_skip_window=1, dynamic_sampling_skip_floor=0.1),
+    "planner, confidence 0.95": dict(dynamic_sampling_confidence=0.95),
+    "cost-aware, measured": dict(dynamic_sampling_measure_latency=True),
+    "cost-aware + skip, measured": dict(
+        dynamic_sampling_measure_latency=True, dynamic_sampling_skip_window=1, dynamic_sampling_skip_floor=0.1
+    ),
 }
 
 
@@ -71,7 +73,11 @@ def main(argv: list[str] | None = None) -> None:
     dataset = Dataset.from_list([{"prompt": r["prompt"], "answer": r["answer"]} for r in rl_rows])
 
     print(f"{options.steps} RL steps per variant, 16 groups of G=8 per step, the demo's warm start")
-    print(f"{'variant':<26} {'completions / retained group':>30} {'rounds / step':>14} {'surplus / step':>15}")
+    print(
+        f"{'variant':<28} {'completions/retained':>21} {'rounds/step':>12} {'surplus/step':>13} "
+        f"{'s/retained':>11} {'latency':>8}"
+    )
+    every_round = RoundCostModel(window=100_000)  # all variants' rounds: the machine's round cost
     for name, features in VARIANTS.items():
         model.load_state_dict(warm_state)
         torch.manual_seed(settings.seed)
@@ -99,7 +105,20 @@ def main(argv: list[str] | None = None) -> None:
         retained = sum(h["dynamic_sampling/retained_groups"] for h in logs)
         rounds = sum(h["dynamic_sampling/rounds"] for h in logs) / len(logs)
         surplus = sum(h["dynamic_sampling/discarded_surplus_groups"] for h in logs) / len(logs)
-        print(f"{name:<26} {generated / retained / 8:>28.2f}x {rounds:>14.2f} {surplus:>15.2f}")
+        seconds = sum(h["dynamic_sampling/generation_seconds"] for h in logs)
+        latency = logs[-1].get("dynamic_sampling/round_latency", float("nan"))
+        latency_text = f"{latency:>8.1f}" if "measured" in name else f"{'':>8}"
+        print(
+            f"{name:<28} {generated / retained / 8:>20.2f}x {rounds:>12.2f} {surplus:>13.2f} "
+            f"{seconds / retained:>11.4f} {latency_text}"
+        )
+        if trainer.refill_planner is not None:
+            for completions, round_seconds in trainer.refill_planner.cost_model.rounds:
+                every_round.observe(completions, round_seconds)
+    print(
+        f"round cost measured over {len(every_round.rounds)} planner rounds: {every_round.latency():.1f} "
+        f"completion-equivalents of fixed latency, {every_round.seconds_per_completion() * 1000:.2f} ms per completion"
+    )
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import torch  # noqa: E402
 import trl115_cpu_shim  # noqa: E402
 from helpers import grpo_kwargs  # noqa: E402
 from test_dynamic_sampling import BatchRecorder, KindReward, ds_logs, kinds_dataset  # noqa: E402
-from test_resume import RESUME, after_checkpoint, record_takes, steering_state  # noqa: E402
+from test_resume import RESUME, after_checkpoint, record_takes, steering_state, untimed  # noqa: E402
 
 from trl_dapo_ext import DAPOConfig, DAPOTrainer  # noqa: E402
 from trl_dapo_ext.tiny import build_char_tokenizer, build_tiny_causal_lm  # noqa: E402
@@ -50,8 +50,8 @@ def resume(output_dir: str) -> dict:
         "resumed_takes": resumed_takes,
         "full_logs": after_checkpoint(full),
         "resumed_logs": after_checkpoint(resumed),
-        "full_state": steering_state(full),
-        "resumed_state": steering_state(resumed),
+        "full_state": untimed(steering_state(full)),
+        "resumed_state": untimed(steering_state(resumed)),
         "skipped": sum(h["dynamic_sampling/skipped_prompts"] for h in ds_logs(full)),
     }
 

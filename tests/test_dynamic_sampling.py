@@ -314,6 +314,9 @@ def test_configuration_errors(make_model, tokenizer, tmp_path):
         ("dynamic_sampling_oversample", 0.5),
         ("dynamic_sampling_std_tolerance", -1.0),
         ("dynamic_sampling_on_exhausted", "skip"),
+        ("dynamic_sampling_round_latency", -1.0),
+        ("dynamic_sampling_round_latency", float("inf")),
+        ("dynamic_sampling_confidence", 1.0),
     ]:
         with pytest.raises(ValueError, match=field):
             DAPOConfig(**grpo_kwargs(tmp_path, dynamic_sampling=True, **{field: value}))
@@ -339,7 +342,10 @@ def test_checkpoint_holds_the_refill_state(make_model, tokenizer, tmp_path):
 def test_adaptive_planner_and_prompt_history(make_model, tokenizer, tmp_path):
     # Two of three prompts are constant: after their first visit the history skips them (floor 0 for the test).
     dataset = kinds_dataset(["right", "wrong", "varying"], repeat=8)
-    skipping = dict(max_steps=6, dynamic_sampling_skip_window=1, dynamic_sampling_skip_floor=0.0)
+    # The fill-chance rule's large first rounds walk the refill stream past every prompt within 6 steps.
+    skipping = dict(
+        max_steps=6, dynamic_sampling_skip_window=1, dynamic_sampling_skip_floor=0.0, dynamic_sampling_confidence=0.95
+    )
     trainer, reward, recorder = build(
         make_model, tokenizer, tmp_path, dataset, save_strategy="steps", save_steps=6, **skipping
     )
@@ -386,7 +392,10 @@ def test_the_batch_own_prompts_feed_the_history_and_the_planner_strata(make_mode
             return super().__call__(completions, kind, **kwargs)
 
     dataset = kinds_dataset(["right", "wrong", "varying"], repeat=8)
-    trainer, _, _ = build(make_model, tokenizer, tmp_path, dataset, reward=Recording(), max_steps=8)
+    # The fill-chance rule's large first rounds visit the varying prompts often enough to rank them in 8 steps.
+    trainer, _, _ = build(
+        make_model, tokenizer, tmp_path, dataset, reward=Recording(), max_steps=8, dynamic_sampling_confidence=0.95
+    )
     trainer.train()
     assert PROMPT_INDEX_COLUMN not in seen_keys
     assert PROMPT_INDEX_COLUMN in trainer.train_dataset.column_names
@@ -418,3 +427,27 @@ def test_an_existing_index_column_is_refused(make_model, tokenizer, tmp_path):
     dataset = kinds_dataset(["right", "varying"], 4).add_column(PROMPT_INDEX_COLUMN, list(range(8)))
     with pytest.raises(ValueError, match=PROMPT_INDEX_COLUMN):
         build(make_model, tokenizer, tmp_path, dataset)
+
+
+@pytest.mark.parametrize("measure", [False, True])
+def test_cost_aware_planner_logs_expected_and_realised_cost(make_model, tokenizer, tmp_path, measure):
+    # Two of three prompts constant: most steps need refill rounds of different sizes (the cost fit's evidence).
+    dataset = kinds_dataset(["right", "wrong", "varying"], repeat=8)
+    trainer, reward, _ = build(
+        make_model, tokenizer, tmp_path, dataset, max_steps=4, dynamic_sampling_measure_latency=measure
+    )
+    trainer.train()
+    logs = ds_logs(trainer)
+    planner = trainer.refill_planner
+    assert planner.confidence is None  # the default sizes rounds by their cost
+    for h in logs:
+        latency = h["dynamic_sampling/round_latency"]
+        assert latency == 16.0 or measure
+        rounds, completions = h["dynamic_sampling/rounds"], h["dynamic_sampling/generated_completions"]
+        assert h["dynamic_sampling/realised_cost"] == pytest.approx(rounds * latency + completions)
+        assert h["dynamic_sampling/expected_cost"] > 0 and 0.0 <= h["dynamic_sampling/planned_fill_chance"] <= 1.0
+        assert h["dynamic_sampling/generation_seconds"] > 0
+    # Every round's time reached the cost model: one observation per generation call.
+    assert len(planner.cost_model.rounds) == len(reward.calls)
+    if measure:
+        assert logs[-1]["dynamic_sampling/round_latency"] == planner.cost_model.latency()  # the measured value steers

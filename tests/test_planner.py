@@ -1,4 +1,7 @@
-"""The refill planner: Beta-Binomial tails, budget and caps, convergence, retention 0, monotonicity, checkpoints."""
+"""The refill planner: Beta-Binomial tails, budget and caps, convergence, retention 0, monotonicity, checkpoints.
+
+Most tests here pin the fill-chance rule (`confidence=0.95`); the cost-aware default is tested in test_round_cost.py.
+"""
 
 from __future__ import annotations
 
@@ -93,20 +96,20 @@ def test_never_requests_more_than_the_round_cap_or_the_step_budget(
 
 
 def test_a_spent_budget_returns_zero_and_a_positive_one_at_least_one():
-    planner = RefillPlanner(max_oversample=2.0, max_groups_per_step=20)
+    planner = RefillPlanner(confidence=0.95, max_oversample=2.0, max_groups_per_step=20)
     assert planner.first_round(8) == 8  # cap 16 - 8 (no evidence yet: the largest round allowed)
     planner.observe(16, 0)
     assert planner.next_round(missing_groups=8) == 4  # what is left of 20
     planner.observe(4, 0)
     assert planner.next_round(missing_groups=8) == 0  # budget spent: the trainer stops
-    planner = RefillPlanner()
+    planner = RefillPlanner(confidence=0.95)
     planner.first_round(8)
     planner.observe(8, 8)
     assert planner.next_round(missing_groups=1) >= 1  # something missing and budget left: never 0
 
 
 def test_nothing_missing_needs_no_round():
-    planner = RefillPlanner()
+    planner = RefillPlanner(confidence=0.95)
     planner.first_round(8)
     assert planner.next_round(missing_groups=0) == 0
     assert planner.first_round(0) == 0
@@ -117,7 +120,7 @@ def test_nothing_missing_needs_no_round():
 
 @pytest.mark.parametrize("retention", [0.25, 0.5, 0.8])
 def test_converges_to_missing_over_retention_plus_a_margin(retention):
-    planner = RefillPlanner(max_oversample=8.0)
+    planner = RefillPlanner(confidence=0.95, max_oversample=8.0)
     run_steps(planner, retention, steps=30, target=32)
     first = 32 + planner.first_round(32)
     assert 32 / retention <= first <= 1.6 * 32 / retention
@@ -139,7 +142,7 @@ def test_higher_confidence_means_fewer_second_rounds():
 
 
 def test_follows_a_drifting_retention():
-    planner = RefillPlanner(max_oversample=8.0)
+    planner = RefillPlanner(confidence=0.95, max_oversample=8.0)
     run_steps(planner, retention=0.8, steps=20)
     high = planner.first_round(32)
     planner.end_step()
@@ -151,7 +154,7 @@ def test_follows_a_drifting_retention():
 
 
 def test_retention_zero_asks_for_the_largest_round_without_dividing_by_zero():
-    planner = RefillPlanner(max_oversample=3.0, prior_strength=1e-9)
+    planner = RefillPlanner(confidence=0.95, max_oversample=3.0, prior_strength=1e-9)
     for _ in range(50):
         assert planner.first_round(10) == 20
         planner.observe(30, 0)
@@ -170,7 +173,7 @@ def test_plans_grow_with_what_is_missing_and_shrink_with_retention(attempted, da
     informative = data.draw(st.integers(0, attempted))
 
     def plan(informative_seen: int, missing_groups: int, **kwargs) -> int:
-        planner = RefillPlanner(max_oversample=6.0, **kwargs)
+        planner = RefillPlanner(**{"confidence": 0.95, "max_oversample": 6.0, **kwargs})
         planner.first_round(32)
         planner.observe(attempted, informative_seen)
         return planner.next_round(missing_groups)
@@ -183,7 +186,7 @@ def test_plans_grow_with_what_is_missing_and_shrink_with_retention(attempted, da
 
 
 def test_the_last_round_aims_higher():
-    planner = RefillPlanner(max_oversample=8.0)
+    planner = RefillPlanner(confidence=0.95, max_oversample=8.0)
     run_steps(planner, 0.5, steps=10)
     planner.first_round(32)
     planner.observe(64, 24)
@@ -204,7 +207,7 @@ def poisson_binomial_at_least(needed: int, rates: list[float]) -> float:
 
 def sharp_planner(rates: dict[str, float], **kwargs) -> RefillPlanner:
     """A planner whose per-stratum estimates are (almost) exact: a huge evidence count at the given rates."""
-    planner = RefillPlanner(decay=1.0, **kwargs)
+    planner = RefillPlanner(decay=1.0, **{"confidence": 0.95, **kwargs})
     for stratum, rate in rates.items():
         planner.observe(10**7, round(rate * 10**7), stratum=stratum)
     planner.end_step()
@@ -254,7 +257,7 @@ def test_two_processes_must_both_fill_and_take_contiguous_shares():
 
 def test_strata_trust_a_better_refill_stream():
     def learn(stratified: bool) -> RefillPlanner:
-        planner = RefillPlanner(max_oversample=8.0)
+        planner = RefillPlanner(confidence=0.95, max_oversample=8.0)
         for _ in range(10):
             refill = planner.first_round(32)
             planner.observe(32, 8, stratum="cold" if stratified else "all")  # retention 1/4

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -52,11 +53,16 @@ class DAPOConfig(GRPOConfig):
     dynamic_sampling_max_rounds (`int`, defaults to `10`):
         Generation rounds allowed per optimizer batch, the first included (veRL's `max_num_gen_batches`).
     dynamic_sampling_oversample (`float` or `None`, defaults to `None`):
-        `None`: the adaptive planner sizes each round from the observed retention rate with a confidence margin.
-        A number: fixed first-round size as a multiple of the batch's groups (DAPO used 3x).
+        `None`: the adaptive planner sizes each round to minimise the expected cost of finishing the step (a round
+        costs a fixed latency plus its completions). A number: fixed first-round size as a multiple of the batch's
+        groups (DAPO used 3x).
+    dynamic_sampling_round_latency (`float`, defaults to `16.0`), dynamic_sampling_measure_latency (`bool`,
+    defaults to `False`):
+        The fixed cost of one generation round in completion-equivalents, set, or measured in the run.
     dynamic_sampling_max_oversample, dynamic_sampling_confidence, dynamic_sampling_retention_decay,
     dynamic_sampling_max_groups_per_step:
-        Adaptive planner settings (largest round, fill probability, forgetting, per-step budget).
+        Adaptive planner settings (largest round, the older fill-chance rule instead of the cost, forgetting,
+        per-step budget).
     dynamic_sampling_skip_window (`int`, defaults to `0`), dynamic_sampling_skip_floor (`float`, defaults to `0.1`):
         Prompt-history skipping of refill prompts that were zero-variance in their last k groups, with an
         exploration floor.
@@ -137,9 +143,10 @@ class DAPOConfig(GRPOConfig):
     dynamic_sampling_oversample: float | None = field(
         default=None,
         metadata={
-            "help": "None: the adaptive planner sizes every round from the observed retention rate with a confidence "
-            "margin, so one round usually fills the batch. A number: fixed first-round size as a multiple of the "
-            "batch's prompt groups (DAPO used 3); later rounds ask for the missing groups over the observed retention."
+            "help": "None: the adaptive planner sizes every round from the observed retention rate to minimise the "
+            "expected cost of finishing the step (see dynamic_sampling_round_latency). A number: fixed first-round "
+            "size as a multiple of the batch's prompt groups (DAPO used 3); later rounds ask for the missing groups "
+            "over the observed retention."
         },
     )
     dynamic_sampling_max_oversample: float = field(
@@ -148,9 +155,29 @@ class DAPOConfig(GRPOConfig):
             "help": "Adaptive planner: largest round as a multiple of the batch's groups (one generation call)."
         },
     )
-    dynamic_sampling_confidence: float = field(
-        default=0.95,
-        metadata={"help": "Adaptive planner: target chance that a planned round fills the batch on every process."},
+    dynamic_sampling_round_latency: float = field(
+        default=16.0,
+        metadata={
+            "help": "Adaptive planner: the fixed cost of one generation round (waiting for the longest completion, "
+            "weight sync, reward start-up) in completion-equivalents: a round of n completions costs this + n. 0 "
+            "sizes rounds like one-by-one replacement, a large value like one big batch. With "
+            "dynamic_sampling_measure_latency it is the prior until the run's own rounds measure it."
+        },
+    )
+    dynamic_sampling_measure_latency: bool = field(
+        default=False,
+        metadata={
+            "help": "Adaptive planner: fit the round latency from this run's measured round times (robust fit over "
+            "the last 64 rounds). Plans then follow the machine's speed, so two runs with one seed can draw different "
+            "refill prompts; the measured value is logged either way (dynamic_sampling/measured_round_latency)."
+        },
+    )
+    dynamic_sampling_confidence: float | None = field(
+        default=None,
+        metadata={
+            "help": "Adaptive planner: None sizes rounds by their expected cost. A number in (0, 1) uses the older "
+            "rule instead: the smallest round whose chance to fill the batch on every process reaches it."
+        },
     )
     dynamic_sampling_retention_decay: float = field(
         default=0.8,
@@ -309,7 +336,13 @@ class DAPOConfig(GRPOConfig):
                 f"dynamic_sampling_max_oversample={self.dynamic_sampling_max_oversample} must be >= 1.0 (a round holds "
                 "at least the batch's own groups)."
             )
-        if not 0.0 < self.dynamic_sampling_confidence < 1.0:
+        latency = self.dynamic_sampling_round_latency
+        if isinstance(latency, bool) or not isinstance(latency, int | float) or not 0 <= latency < math.inf:
+            raise ValueError(
+                f"dynamic_sampling_round_latency={latency!r} must be a finite number >= 0: the fixed cost of one "
+                "generation round in completion-equivalents (0: rounds are free, 16: the default)."
+            )
+        if self.dynamic_sampling_confidence is not None and not 0.0 < self.dynamic_sampling_confidence < 1.0:
             raise ValueError(
                 f"dynamic_sampling_confidence={self.dynamic_sampling_confidence} must lie strictly between 0 and 1 "
                 "(0.95: one round in twenty needs a second)."

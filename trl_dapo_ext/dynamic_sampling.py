@@ -15,6 +15,7 @@ import json
 import logging
 import math
 import os
+import time
 import warnings
 from collections import defaultdict, deque
 from dataclasses import dataclass
@@ -144,7 +145,11 @@ class DynamicSamplingMixin:
                 confidence=args.dynamic_sampling_confidence,
                 decay=args.dynamic_sampling_retention_decay,
                 num_processes=self.accelerator.num_processes,
+                generations=self.num_generations,
+                round_latency=args.dynamic_sampling_round_latency,
+                measure_latency=args.dynamic_sampling_measure_latency,
             )
+        self._step_seconds = 0.0  # measured generation + scoring time of this step's rounds (slowest process)
         # Every prompt's last outcomes: the planner's strata, and (when a skip window is set) the skip rule.
         self.skips_prompts = args.dynamic_sampling_skip_window > 0
         self.prompt_history = PromptHistory(
@@ -262,6 +267,7 @@ class DynamicSamplingMixin:
         # The batch's own prompts: their dataset indices (taken out of the rows) say what they were last time.
         self._round_indices = [int(row.pop(PROMPT_INDEX_COLUMN, -1)) for row in inputs][::G]
         self._skip_counts = [0, 0, 0]
+        self._step_seconds = 0.0
         first_refill = self._first_refill(target, max_rounds)
         metric_marks = {key: len(values) for key, values in self._metrics["train"].items()}
         original_logs, round_logs = self._logs, {}
@@ -276,7 +282,9 @@ class DynamicSamplingMixin:
         for round_index in range(1, max_rounds + 1):
             if self.log_completions:
                 self._logs = round_logs[round_index] = _empty_like(original_logs)
+            started = time.perf_counter()
             output, record = self._scored_round(rows)
+            self._time_round(len(rows), time.perf_counter() - started)
             unscored.add(record.rewards_per_func, self.filter_reward_indices)
             local_count = len(rows)
             if args.diagnostics:
@@ -334,7 +342,7 @@ class DynamicSamplingMixin:
                     rounds_left=max_rounds - round_index,
                     candidates=self._candidate_strata(round_index=round_index + 1),
                 )
-                if next_groups == 0:  # the per-step generation budget is spent
+                if next_groups == 0:  # the per-step budget is spent, or no round could fill the batch
                     break
             else:
                 next_groups = plan_refill_groups(
@@ -375,6 +383,15 @@ class DynamicSamplingMixin:
         if self.log_completions:
             self._rebuild_completion_logs(round_logs, facts)
         return batch
+
+    def _time_round(self, completions: int, seconds: float) -> None:
+        """One round's generation and scoring time, the slowest process's (the round ends when it does), for the
+        planner's cost model and the step's ``generation_seconds``. Every process gets the same number."""
+        device = self.accelerator.device
+        seconds = float(self.accelerator.gather(torch.tensor([seconds], dtype=torch.float64, device=device)).max())
+        self._step_seconds += seconds
+        if self.refill_planner is not None:
+            self.refill_planner.cost_model.observe(completions, seconds)
 
     def _observe_round(self, outcomes: list[GroupOutcome], upper: list[int], scorable: list[int]) -> None:
         """Every process's groups of this round: counts per stratum for the planner, then the prompt history.
@@ -513,8 +530,19 @@ class DynamicSamplingMixin:
             "dynamic_sampling/all_min_groups": all_min,
             "dynamic_sampling/other_zero_variance_groups": other,
         }
+        metrics["dynamic_sampling/generation_seconds"] = self._step_seconds
         if self.refill_planner is not None:
-            metrics["dynamic_sampling/expected_retention"] = self.refill_planner.expected_retention()
+            planner = self.refill_planner
+            metrics["dynamic_sampling/expected_retention"] = planner.expected_retention()
+            # Costs in completion-equivalents (a round costs round_latency + its completions): what the plan
+            # expected at round 1, and what the rounds cost.
+            metrics["dynamic_sampling/realised_cost"] = planner.last_step["realised_cost"]
+            metrics["dynamic_sampling/round_latency"] = planner.last_step["latency"]
+            metrics["dynamic_sampling/measured_round_latency"] = planner.cost_model.latency()
+            metrics["dynamic_sampling/seconds_per_completion"] = planner.cost_model.seconds_per_completion()
+            if planner.confidence is None:
+                metrics["dynamic_sampling/expected_cost"] = planner.last_step["expected_cost"]
+                metrics["dynamic_sampling/planned_fill_chance"] = planner.last_step["fill_chance"]
         if self.skips_prompts:
             skipped, readmitted, forced = self._skip_counts
             metrics.update(

@@ -18,13 +18,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 # When a metric is logged. Every name is also subject to its section's switch (diagnostics / dynamic_sampling).
-Condition = Literal["always", "overlong", "cuda", "planner", "skip"]
+Condition = Literal["always", "overlong", "cuda", "planner", "cost", "skip"]
 
 CONDITIONS: dict[Condition, str] = {
     "always": "every step",
     "overlong": "with `overlong_buffer_length` set",
     "cuda": "on a CUDA device only",
     "planner": "with the adaptive planner (`dynamic_sampling_oversample=None`)",
+    "cost": "with the adaptive planner sizing rounds by cost (the default, `dynamic_sampling_confidence=None`)",
     "skip": "with `dynamic_sampling_skip_window > 0`",
 }
 
@@ -254,10 +255,51 @@ SECTIONS: tuple[Section, ...] = (
                 "about G x groups / retention",
             ),
             Metric(
+                "dynamic_sampling/generation_seconds",
+                "seconds of generation and scoring in the step's rounds (the slowest process's)",
+                "about `realised_cost` x `seconds_per_completion`",
+            ),
+            Metric(
                 "dynamic_sampling/expected_retention",
                 "the planner's retention estimate before the step",
                 "close to `retention_rate`",
                 "planner",
+            ),
+            Metric(
+                "dynamic_sampling/round_latency",
+                "the fixed cost of one round the planner sized with, in completion-equivalents (set, or measured)",
+                "close to `measured_round_latency` (else set `dynamic_sampling_round_latency` to it)",
+                "planner",
+            ),
+            Metric(
+                "dynamic_sampling/measured_round_latency",
+                "the round latency fitted from this run's round times (the prior until rounds of several sizes)",
+                "stable after a few dozen steps",
+                "planner",
+            ),
+            Metric(
+                "dynamic_sampling/seconds_per_completion",
+                "the measured cost of one completion in a round (the fit's slope; NaN before the first round)",
+                "stable; grows with completion length",
+                "planner",
+            ),
+            Metric(
+                "dynamic_sampling/realised_cost",
+                "what the step's rounds cost: rounds x `round_latency` + completions (completion-equivalents)",
+                "close to `expected_cost`",
+                "planner",
+            ),
+            Metric(
+                "dynamic_sampling/expected_cost",
+                "the cost the planner expected to finish the step at round 1 (completion-equivalents)",
+                "close to `realised_cost` on average",
+                "cost",
+            ),
+            Metric(
+                "dynamic_sampling/planned_fill_chance",
+                "the chance, as planned, that round 1 fills the batch: the confidence the cost implies",
+                "high when rounds are slow (large latency), low when they are cheap",
+                "cost",
             ),
             Metric(
                 "dynamic_sampling/skipped_prompts",
@@ -336,12 +378,15 @@ def expected_names(
     overlong: bool = False,
     cuda: bool = False,
     planner: bool = True,
+    cost_aware: bool = True,
     skip: bool = False,
 ) -> set[str]:
-    """The names a training step logs under these settings (``planner``/``skip`` matter only with sampling)."""
+    """The names a training step logs under these settings (``planner``/``cost_aware``/``skip`` matter only with
+    sampling; ``cost_aware`` only with the planner)."""
     enabled = {"always", *(["overlong"] if overlong else []), *(["cuda"] if cuda else [])}
     if dynamic_sampling:
         enabled |= {*(["planner"] if planner else []), *(["skip"] if skip else [])}
+        enabled |= {"cost"} if planner and cost_aware else set()
     on = {"diagnostics": diagnostics, "dynamic_sampling": dynamic_sampling, "overlong_buffer_length": overlong}
     return {m.name for s in SECTIONS if on[s.switch] for m in s.metrics if m.when in enabled}
 

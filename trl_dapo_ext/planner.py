@@ -34,7 +34,11 @@ from typing import Any
 
 import numpy as np
 
+from .round_cost import Costs, RoundCostModel, plan_values, size_grid, survival
+
 POOLED = "all"  # the stratum of prompts the caller does not stratify
+REFILL = "\x00refill"  # the cost search's one stratum for refill groups (no caller names a stratum so)
+DEFAULT_ROUNDS = 10  # rounds a step may take when the caller does not say (dynamic_sampling_max_rounds default)
 
 
 @dataclass
@@ -73,8 +77,17 @@ class RetentionEstimate:
 
 
 @functools.lru_cache(maxsize=4096)
-def _beta_binomial_pmf(trials: int, alpha: float, beta: float) -> tuple[float, ...]:
-    return tuple(beta_binomial_pmf(trials, alpha, beta))
+def _beta_binomial_pmf(trials: int, alpha: float, beta: float) -> np.ndarray:
+    pmf = np.asarray(beta_binomial_pmf(trials, alpha, beta))
+    pmf.flags.writeable = False  # shared by the cache
+    return pmf
+
+
+@functools.lru_cache(maxsize=4096)
+def _beta_binomial_head(trials: int, alpha: float, beta: float, limit: int) -> np.ndarray:
+    head = beta_binomial_head([trials], alpha, beta, limit)[0]
+    head.flags.writeable = False  # shared by the cache
+    return head
 
 
 def beta_binomial_pmf(trials: int, alpha: float, beta: float) -> list[float]:
@@ -86,21 +99,45 @@ def beta_binomial_pmf(trials: int, alpha: float, beta: float) -> list[float]:
     """
     if trials < 0 or alpha <= 0 or beta <= 0:
         raise ValueError(f"need trials >= 0 and alpha, beta > 0, got {trials}, {alpha}, {beta}")
-    log_norm = math.lgamma(alpha + beta) - math.lgamma(alpha) - math.lgamma(beta) - math.lgamma(alpha + beta + trials)
-    log_n = math.lgamma(trials + 1)
-    pmf = [
-        math.exp(
-            log_n
-            - math.lgamma(y + 1)
-            - math.lgamma(trials - y + 1)
-            + math.lgamma(y + alpha)
-            + math.lgamma(trials - y + beta)
-            + log_norm
-        )
-        for y in range(trials + 1)
-    ]
-    total = sum(pmf)  # renormalise away rounding so that tail sums stay within [0, 1]
-    return [p / total for p in pmf]
+    # log P(0) = log B(alpha, trials + beta) - log B(alpha, beta); then the ratio of consecutive terms,
+    # P(y + 1) / P(y) = (trials - y) (y + alpha) / ((y + 1) (trials - y - 1 + beta)), summed in log space.
+    log_first = math.lgamma(alpha + beta) + math.lgamma(trials + beta) - math.lgamma(beta)
+    log_first -= math.lgamma(alpha + beta + trials)
+    y = np.arange(trials, dtype=float)
+    log_ratio = np.log(trials - y) + np.log(y + alpha) - np.log(y + 1) - np.log(trials - y - 1 + beta)
+    log_pmf = log_first + np.concatenate(([0.0], np.cumsum(log_ratio)))
+    pmf = np.exp(log_pmf - log_pmf.max())
+    return (pmf / pmf.sum()).tolist()  # renormalised: tail sums stay within [0, 1]
+
+
+def beta_binomial_head(trials: Sequence[int], alpha: float, beta: float, limit: int) -> np.ndarray:
+    """``P(Y = y)`` for ``y < limit`` and ``P(Y >= limit)`` last, one row per entry of ``trials`` (Beta-Binomial).
+
+    The same law as :func:`beta_binomial_pmf`, truncated at ``limit`` and vectorised over many round sizes: the
+    planner only needs to know whether a round brings 0, 1, ... or at least ``limit`` informative groups.
+
+    Example:
+        >>> beta_binomial_head([2, 3], 1.0, 1.0, limit=2).round(3).tolist()  # uniform rate: 1/(n+1) per count
+        [[0.333, 0.333, 0.333], [0.25, 0.25, 0.5]]
+    """
+    if alpha <= 0 or beta <= 0 or limit < 0:
+        raise ValueError(f"need alpha, beta > 0 and limit >= 0, got {alpha}, {beta}, {limit}")
+    counts = np.asarray(trials, dtype=int)
+    if len(counts) == 0:
+        return np.zeros((0, limit + 1))
+    n = counts.astype(float)[:, None]
+    # log P(0) = [lgamma(b + n) - lgamma(b)] - [lgamma(a + b + n) - lgamma(a + b)]: for every n at once from one
+    # running sum, since lgamma(x + k + 1) = lgamma(x + k) + log(x + k).
+    k = np.arange(counts.max(), dtype=float)
+    running = np.concatenate(([0.0], np.cumsum(np.log(k + beta) - np.log(k + alpha + beta))))
+    log_first = running[counts][:, None]
+    y = np.arange(limit, dtype=float)[None, :]
+    with np.errstate(divide="ignore", invalid="ignore"):  # terms past n are impossible: log 0 = -inf
+        log_ratio = np.log(np.clip(n - y, 0, None)) + np.log(y + alpha) - np.log(y + 1) - np.log(n - y - 1 + beta)
+    log_ratio = np.where(n - y > 0, log_ratio, -np.inf)
+    head = np.exp(log_first + np.concatenate((np.zeros_like(n), np.cumsum(log_ratio, axis=1)), axis=1))
+    head[:, limit] = np.clip(1.0 - head[:, :limit].sum(axis=1), 0.0, 1.0)  # P(Y >= limit)
+    return head
 
 
 def at_least_probability(needed: int, sources: list[tuple[int, float, float]]) -> float:
@@ -163,19 +200,23 @@ class RefillPlanner:
         self,
         max_oversample: float = 4.0,
         max_groups_per_step: int | None = None,
-        confidence: float = 0.95,
+        confidence: float | None = None,
         last_round_confidence: float = 0.999,
         decay: float = 0.8,
         prior_retention: float = 0.5,
         prior_strength: float = 2.0,
         num_processes: int = 1,
+        generations: int = 8,
+        round_latency: float = 16.0,
+        measure_latency: bool = False,
+        exhaustion_cost_steps: float = 1000.0,
     ):
         if not max_oversample >= 1.0:
             raise ValueError(f"max_oversample={max_oversample} must be >= 1: round 1 holds at least the batch")
         if max_groups_per_step is not None and max_groups_per_step < 1:
             raise ValueError(f"max_groups_per_step={max_groups_per_step} must be >= 1 or None (no step budget)")
         for name, value in (("confidence", confidence), ("last_round_confidence", last_round_confidence)):
-            if not 0.0 < value < 1.0:
+            if value is not None and not 0.0 < value < 1.0:
                 raise ValueError(f"{name}={value} must lie strictly between 0 and 1")
         if not 0.0 <= decay <= 1.0:
             raise ValueError(f"decay={decay} must lie in [0, 1] (1 keeps every step at full weight)")
@@ -183,6 +224,10 @@ class RefillPlanner:
             raise ValueError("prior_retention must lie in (0, 1) and prior_strength must be > 0")
         if num_processes < 1:
             raise ValueError(f"num_processes={num_processes} must be >= 1")
+        if generations < 1 or not exhaustion_cost_steps >= 0:
+            raise ValueError(
+                f"need generations >= 1 and exhaustion_cost_steps >= 0, got {generations}, {exhaustion_cost_steps}"
+            )
         self.max_oversample = max_oversample
         self.max_groups_per_step = max_groups_per_step
         self.confidence = confidence
@@ -191,7 +236,13 @@ class RefillPlanner:
         self.prior_retention = prior_retention
         self.prior_strength = prior_strength
         self.num_processes = num_processes
+        self.generations = generations
+        self.round_latency = float(round_latency)
+        self.measure_latency = measure_latency
+        self.exhaustion_cost_steps = exhaustion_cost_steps
+        self.cost_model = RoundCostModel(prior_latency=round_latency)  # validates round_latency
         self.estimates: dict[str, RetentionEstimate] = {}  # decayed counts of earlier steps, per stratum
+        self.last_step: dict[str, float] = {}  # what the last closed step planned and spent (for logging)
         self._reset_step()
 
     # --- per step ---------------------------------------------------------------------------------------------------
@@ -200,6 +251,9 @@ class RefillPlanner:
         self.step_target = 0  # groups per process the batch needs
         self.step_planned = 0  # groups per process generated or planned this step, the batch's own included
         self.step_counts: dict[str, list[int]] = {}  # global [attempted, informative] per stratum, this step
+        self.step_rounds = 0  # rounds planned this step
+        self.step_expected_cost = math.nan  # completion-equivalents, as planned at round 1
+        self.step_fill_chance = math.nan  # chance that round 1 fills the batch, as planned
 
     def _pooled_mean(self) -> float:
         """Retention over all strata (decayed history plus this step): the prior of every stratum's estimate."""
@@ -251,10 +305,7 @@ class RefillPlanner:
         """
         if upper <= 0:
             return 0
-        peeked = list(candidates(upper * self.num_processes)) if candidates is not None else []
-        if len(peeked) < upper * self.num_processes:
-            peeked += [POOLED] * (upper * self.num_processes - len(peeked))
-
+        peeked = self._peek(candidates, upper)
         posteriors = self._posteriors({s for groups in (*own, peeked) for s in groups})  # fixed during the search
 
         def chance(refill: int) -> float:
@@ -272,6 +323,134 @@ class RefillPlanner:
             else:
                 low = middle
         return high
+
+    def _peek(self, candidates: Candidates | None, upper: int) -> list[str]:
+        """Strata of the next ``upper`` refill groups of every process (pooled where the stream says nothing)."""
+        wanted = upper * self.num_processes
+        peeked = list(candidates(wanted)) if candidates is not None and wanted > 0 else []
+        return peeked + [POOLED] * (wanted - len(peeked))
+
+    # --- cost-aware sizing (confidence=None) ------------------------------------------------------------------------
+
+    def latency(self) -> float:
+        """Fixed cost of one round in completion-equivalents: measured in the run, or the configured value."""
+        return self.cost_model.latency() if self.measure_latency else self.round_latency
+
+    def _costs(self) -> Costs:
+        latency, G = self.latency(), self.generations
+        retention = max(self._pooled_mean(), 1e-6)
+        # A group missing when the rounds run out is bought again later, at about the run's cost per retained group.
+        group_value = (G + latency / max(self.step_target, 1)) / retention
+        return Costs(latency, G, group_value, self.exhaustion_cost_steps * group_value * max(self.step_target, 1))
+
+    def _pooled_alpha_beta(self) -> tuple[float, float]:
+        """Posterior over the retention of prompts the planner knows nothing about (future refill rounds)."""
+        pooled = RetentionEstimate(self.prior_retention, self.prior_strength)
+        for estimate in self.estimates.values():
+            pooled.informative += estimate.informative
+            pooled.uninformative += estimate.uninformative
+        return pooled.alpha_beta(*(sum(counts[i] for counts in self.step_counts.values()) for i in (0, 1)))
+
+    def _future_values(self, limit: int, rounds: int, cap: int, refill: tuple[float, float]) -> np.ndarray:
+        """``V[m]``, the least expected cost to finish from a shortfall ``m`` with ``rounds`` rounds after this one,
+        when every later round draws refill groups whose informative chance has the posterior ``refill``."""
+        sizes = size_grid(cap, dense=16, steps=24)  # V is smooth in n: a coarse grid beyond 16 groups suffices
+        head = beta_binomial_head(sizes, *refill, limit)
+        survivals = np.cumsum(head[:, ::-1], axis=1)[:, ::-1]  # P(Y >= t)
+        return plan_values(self._costs(), survivals, sizes, rounds, self.num_processes)[rounds]
+
+    def _refill_posterior(self, peeked: Strata, posteriors: dict[str, tuple[float, float]]) -> tuple[float, float]:
+        """One posterior for every refill group: the mean retention of the stream's next prompts, at the pooled
+        strength.
+
+        Refill groups are exchangeable on purpose: the stream's order is fixed, so a round that stopped right
+        before a run of hopeless prompts would only hand them to the next round. Scoring the stream's prefixes one by
+        one would make the cost search chase that order instead of the cost.
+        """
+        alpha, beta = self._pooled_alpha_beta()
+        means = [posteriors[s][0] / sum(posteriors[s]) for s in peeked]
+        mean = float(np.mean(means)) if means else alpha / (alpha + beta)
+        mean = min(max(mean, 1e-9), 1 - 1e-9)
+        return mean * (alpha + beta), (1 - mean) * (alpha + beta)
+
+    @staticmethod
+    def _count_survival(needed: int, counts: Counter, heads: dict[str, np.ndarray]) -> np.ndarray:
+        """``P(Y >= t)`` for ``t = 0..needed``, ``Y`` the informative count of groups in these strata.
+
+        ``heads[stratum][n]``: the truncated law of the informative count of ``n`` groups of that stratum.
+        """
+        distribution = np.ones(1)
+        for stratum, trials in counts.items():
+            head = heads[stratum][trials]
+            if len(head) > needed + 1:
+                head = np.append(head[:needed], head[needed:].sum())
+            distribution = np.convolve(distribution, head)
+            if len(distribution) > needed + 1:  # counts of ``needed`` and more all fill the process: one entry
+                distribution = np.append(distribution[:needed], distribution[needed:].sum())
+        return survival(distribution, needed)
+
+    def _cheapest_refill(
+        self,
+        needed: Sequence[int],
+        own: Sequence[Strata],
+        candidates: Candidates | None,
+        lower: int,
+        upper: int,
+        rounds_left: int | None,
+    ) -> int:
+        """Refill count in ``[lower, upper]`` with the least expected cost of finishing the step.
+
+        Cost of this round (``latency + G * groups``) plus the expected least cost of what it leaves
+        (:func:`~trl_dapo_ext.round_cost.plan_values` over the rounds after it). The batch's own groups count by
+        their strata; refill groups by the mean of the stream's next prompts (:meth:`_refill_posterior`). Records
+        the plan's expected cost and its chance to fill the batch.
+        """
+        limit = max(needed)
+        peeked = self._peek(candidates, upper)
+        posteriors = self._posteriors({s for groups in (*own, peeked) for s in groups})
+        refill_posterior = self._refill_posterior(peeked, posteriors)
+        later_rounds = (rounds_left - 1) if rounds_left is not None else DEFAULT_ROUNDS - 1
+        later_cap = self._round_cap()
+        if self.max_groups_per_step is not None:  # what the budget leaves after a round of the least useful size
+            later_cap = min(later_cap, self.next_budget() - max(lower, min(limit, upper)))
+        values = self._future_values(limit, max(later_rounds, 0), max(later_cap, 0), refill_posterior)
+        costs = self._costs()
+        most = len(own[0]) + upper  # the most groups of one stratum any candidate puts on a process
+        heads = {s: beta_binomial_head(range(most + 1), *ab, limit) for s, ab in posteriors.items()}
+        heads[REFILL] = beta_binomial_head(range(upper + 1), *refill_posterior, limit)
+
+        def expected(refill: int) -> tuple[float, float]:
+            cdf = np.ones(limit + 1)  # P(m' <= j): every process short by at most j
+            for p in range(self.num_processes):
+                if needed[p] > 0:
+                    counts = Counter(own[p]) + Counter({REFILL: refill})
+                    tail = self._count_survival(needed[p], counts, heads)
+                    gap = np.clip(needed[p] - np.arange(limit + 1), 0, None)
+                    cdf *= tail[gap]
+            pmf = np.diff(cdf, prepend=0.0)
+            groups = len(own[0]) + refill
+            return costs.latency + costs.generations * groups + float(pmf @ values), float(pmf[0])
+
+        grid = size_grid(upper, lower, dense=8, steps=16) if upper >= lower else [lower]
+        scores = {n: expected(n) for n in grid}
+        best = min(grid, key=lambda n: scores[n][0])
+        at = grid.index(best)  # refine between the grid points beside the best one
+        for n in range(grid[max(at - 1, 0)] + 1, grid[min(at + 1, len(grid) - 1)]):
+            if n not in scores:
+                scores[n] = expected(n)
+        best = min(scores, key=lambda n: (scores[n][0], n))
+        stop = costs.group_value * limit + costs.exhaustion_penalty  # what ending the step short costs now
+        if lower >= 1 and scores[best][0] >= stop:  # no round is worth its cost: the step cannot be saved
+            self._plan = (stop, 0.0)
+            return 0
+        self._plan = scores[best]
+        return best
+
+    def next_budget(self) -> int | None:
+        """Groups per process the step may still generate (None: no per-step budget)."""
+        if self.max_groups_per_step is None:
+            return None
+        return max(self.max_groups_per_step - max(self.step_planned, self.step_target), 0)
 
     def first_round(
         self,
@@ -303,8 +482,13 @@ class RefillPlanner:
         if self.max_groups_per_step is not None:
             upper = min(upper, self.max_groups_per_step - target_groups)
         needed = [target_groups] * self.num_processes
-        refill = self._smallest_refill(needed, own, candidates, max(upper, 0), self._wanted(rounds_left))
+        if self.confidence is None:
+            refill = self._cheapest_refill(needed, own, candidates, 0, max(upper, 0), rounds_left)
+            self.step_expected_cost, self.step_fill_chance = self._plan
+        else:
+            refill = self._smallest_refill(needed, own, candidates, max(upper, 0), self._wanted(rounds_left))
         self.step_planned = target_groups + refill
+        self.step_rounds = 1
         return refill
 
     def next_round(
@@ -316,9 +500,10 @@ class RefillPlanner:
         """Refill groups (per process) for the next round.
 
         ``missing_groups``: per process (or one number for all, e.g. the maximum). ``rounds_left`` counts the round
-        being planned; with 1 the planner aims at ``last_round_confidence``. Returns 0 when nothing is missing or
-        the step's budget is spent (the trainer must then stop: exhausted), otherwise at least 1 and never more
-        than the round cap or what is left of ``max_groups_per_step``.
+        being planned; with 1 the fill-chance rule aims at ``last_round_confidence``. Returns 0 when nothing is
+        missing, the step's budget is spent, or (cost-aware) no round is worth its cost because the retention is
+        too low to fill the batch in the rounds left: the trainer must then stop (exhausted). Otherwise at least 1
+        and never more than the round cap or what is left of ``max_groups_per_step``.
 
         Example:
             >>> planner = RefillPlanner(max_oversample=3.0, max_groups_per_step=20)
@@ -340,9 +525,12 @@ class RefillPlanner:
         if upper <= 0:
             return 0
         empty: list[list[str]] = [[] for _ in range(self.num_processes)]
-        refill = self._smallest_refill(missing_groups, empty, candidates, upper, self._wanted(rounds_left))
-        refill = max(1, refill)
+        if self.confidence is None:  # 0 when no round is worth its cost (hopeless): stop, as when the budget is spent
+            refill = self._cheapest_refill(missing_groups, empty, candidates, 1, upper, rounds_left)
+        else:
+            refill = max(1, self._smallest_refill(missing_groups, empty, candidates, upper, self._wanted(rounds_left)))
         self.step_planned += refill
+        self.step_rounds += 1
         return refill
 
     def observe(self, attempted: int, informative: int, stratum: str = POOLED) -> None:
@@ -372,8 +560,19 @@ class RefillPlanner:
         for stratum, (attempted, informative_count) in counts.items():
             self.observe(attempted, informative_count, stratum=stratum)
 
+    def step_cost(self) -> float:
+        """What this step's rounds cost so far, in completion-equivalents (``rounds * latency + G * groups``)."""
+        return self.step_rounds * self.latency() + self.generations * self.step_planned
+
     def end_step(self) -> None:
         """Fold this step's counts into the decayed history (idempotent; :meth:`first_round` calls it too)."""
+        if self.step_rounds:
+            self.last_step = {
+                "expected_cost": self.step_expected_cost,
+                "realised_cost": self.step_cost(),
+                "fill_chance": self.step_fill_chance,
+                "latency": self.latency(),
+            }
         for stratum in set(self.estimates) | set(self.step_counts):
             attempted, informative = self.step_counts.get(stratum, (0, 0))
             self.estimates.setdefault(stratum, RetentionEstimate()).fold(attempted, informative, self.decay)
@@ -398,6 +597,8 @@ class RefillPlanner:
             "step_target": self.step_target,
             "step_planned": self.step_planned,
             "step_counts": {stratum: list(counts) for stratum, counts in self.step_counts.items()},
+            "step_rounds": self.step_rounds,
+            "cost_model": self.cost_model.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -410,3 +611,5 @@ class RefillPlanner:
         self.step_target = int(state["step_target"])
         self.step_planned = int(state["step_planned"])
         self.step_counts = {stratum: [int(c) for c in counts] for stratum, counts in state["step_counts"].items()}
+        self.step_rounds = int(state.get("step_rounds", 0))  # older checkpoints: no cost model, no round count
+        self.cost_model.load_state_dict(state.get("cost_model", {}))

@@ -135,7 +135,7 @@ def planner_cost(retention: float, prompts: int, group_size: int, batch_groups: 
     >>> cost["planner_retention"], cost["completions_per_retained_group"]
     (0.5, 16.0)
     """
-    planner = RefillPlanner(decay=1.0)
+    planner = RefillPlanner(decay=1.0, generations=group_size)
     informative = round(retention * prompts)
     planner.observe(attempted=prompts, informative=informative)
     planner.end_step()
