@@ -1,4 +1,4 @@
-"""How many prompt groups each dynamic-sampling round should generate: adaptive oversampling with a confidence margin.
+"""How many prompt groups each dynamic-sampling round should generate: the cheapest plan to fill the batch.
 
 Dynamic sampling keeps only *informative* groups (the task reward varies). A round that asks for too few prompts
 needs another round (another generation call, with its fixed cost and long tail); one that asks for too many
@@ -10,12 +10,16 @@ estimates of the retention rate (informative groups / attempted groups):
 * Prompts can be split into **strata** that the caller names, e.g. by what a prompt's last group turned out to be
   (:meth:`trl_dapo_ext.history.PromptHistory.stratum`): a prompt that was informative last time is far more likely
   to be informative again than one that was all right. Each stratum has its own estimate (its prior is the pooled
-  rate), and a round's informative count is a sum of one Beta-Binomial per stratum. Knowing which prompts a round
-  holds narrows that sum, so the same confidence costs fewer surplus groups (without history: one stratum).
-* The planner picks the smallest round whose chance of filling the batch on every process is at least
-  ``confidence`` (the product of the processes' chances: conservative, because they share one retention rate).
-  The margin shrinks by itself as evidence accumulates, and a retention rate of 0 just means the largest round
-  allowed, never a division by zero.
+  rate), and a round's informative count is a sum of one Beta-Binomial per stratum (without history: one stratum).
+* By default (``confidence=None``) a round is sized to minimise the expected cost of finishing the step, where a
+  round costs ``round_latency + G * groups`` completion-equivalents (:mod:`trl_dapo_ext.round_cost`: a Bellman
+  recursion over the rounds left, with a large penalty for a step that ends short). The latency is set, or measured
+  in the run (``measure_latency``). The chance that round 1 fills the batch is then an outcome of the costs, not a
+  knob: high when rounds are slow, low when they are cheap.
+* With a number for ``confidence`` the older rule applies: the smallest round whose chance of filling the batch on
+  every process is at least ``confidence`` (the product of the processes' chances).
+* A retention rate of 0 never divides by zero: the cost rule sends the largest rounds while the batch can still be
+  filled and stops (exhausted) once it cannot; the confidence rule asks for the largest round allowed.
 * Rounds are capped (``max_oversample`` times the batch's groups: the memory of one generation call) and so is the
   whole step (``max_groups_per_step``): the planner never asks for more than what is left of the budget.
 
@@ -167,7 +171,7 @@ Candidates = Callable[[int], Strata]  # strata of the next n global refill promp
 
 
 class RefillPlanner:
-    """Sizes dynamic-sampling rounds so that one round usually fills the batch, within a hard budget.
+    """Sizes dynamic-sampling rounds at the least expected cost of filling the batch, within a hard budget.
 
     All group counts passed in and returned are **per process** except those given to :meth:`observe`, which are
     **global** (summed over processes: retention is a ratio, and global counts are what the trainer gathers anyway).
@@ -184,9 +188,16 @@ class RefillPlanner:
     the refill stream's next prompts) are optional: without them every group is in one pooled stratum. Process ``p``
     receives the ``p``-th contiguous share of each round's global refill slice (``RefillSampler.take_local``).
 
-    Example:
-        >>> planner = RefillPlanner(max_oversample=4.0, confidence=0.95)
+    Example (the cost rule, rounds as costly as 2 groups of G=8, then the older fill-chance rule):
+        >>> planner = RefillPlanner(max_oversample=4.0, round_latency=16.0, generations=8)
         >>> for _ in range(20):  # a stable retention rate of 1/2
+        ...     refill = planner.first_round(target_groups=32)
+        ...     planner.observe(attempted=32 + refill, informative=(32 + refill) // 2)
+        ...     planner.end_step()
+        >>> planner.first_round(target_groups=32)  # 57 groups: ~28 informative expected, a cheap 2nd round tops up
+        25
+        >>> planner = RefillPlanner(max_oversample=4.0, confidence=0.95)
+        >>> for _ in range(20):
         ...     refill = planner.first_round(target_groups=32)
         ...     planner.observe(attempted=32 + refill, informative=(32 + refill) // 2)
         ...     planner.end_step()
@@ -467,8 +478,10 @@ class RefillPlanner:
         step that was not closed with :meth:`end_step`.
 
         Example:
-            >>> RefillPlanner(max_oversample=3.0).first_round(8)  # no evidence yet: the largest round allowed
+            >>> RefillPlanner(max_oversample=3.0, round_latency=1e4).first_round(8)  # slow rounds: the largest one
             16
+            >>> RefillPlanner(max_oversample=3.0, round_latency=0.0).first_round(8)  # free rounds: no extra groups
+            0
         """
         if target_groups < 0:
             raise ValueError(f"target_groups={target_groups} must be >= 0")
@@ -506,7 +519,7 @@ class RefillPlanner:
         and never more than the round cap or what is left of ``max_groups_per_step``.
 
         Example:
-            >>> planner = RefillPlanner(max_oversample=3.0, max_groups_per_step=20)
+            >>> planner = RefillPlanner(max_oversample=3.0, max_groups_per_step=20, round_latency=1e4)
             >>> planner.first_round(8)
             12
             >>> planner.observe(attempted=20, informative=0)

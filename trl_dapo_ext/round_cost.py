@@ -37,7 +37,7 @@ class RoundCostModel:
         >>> for completions in (64, 128, 64, 256, 32, 128):
         ...     model.observe(completions, seconds=2.0 + 0.05 * completions)  # fixed 2 s = 40 completions
         >>> round(model.latency(), 1), round(model.seconds_per_completion(), 3)
-        (38.5, 0.05)
+        (38.3, 0.05)
     """
 
     def __init__(self, prior_latency: float = 16.0, window: int = 64, min_pairs: int = 3, prior_pairs: float = 1.0):
@@ -187,7 +187,7 @@ def size_grid(upper: int, lower: int = 1, dense: int = 64, steps: int = 48) -> l
         >>> size_grid(10)
         [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
         >>> size_grid(1000, dense=4, steps=4)
-        [1, 2, 3, 4, 18, 82, 1000]
+        [1, 2, 3, 4, 25, 159, 1000]
     """
     if upper < lower:
         return []
