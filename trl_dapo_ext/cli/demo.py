@@ -284,7 +284,7 @@ def reinforce(model, tokenizer, train_rows, settings: DemoSettings, dapo: bool, 
         num_generations=settings.num_generations,
         max_completion_length=6,
         learning_rate=settings.learning_rate,
-        lr_scheduler_type="constant_with_warmup",  # Adam's first steps at the full rate unsettled the policy
+        lr_scheduler_type="constant_with_warmup",  # constant after warmup_steps (0: constant from the start)
         warmup_steps=settings.warmup_steps,
         beta=0.0,
         temperature=1.0,
