@@ -24,8 +24,9 @@ def test_quick_demo_runs_end_to_end(tmp_path):
     fixed step count gave 44% to 61% greedy across kernel paths); (2) RL is gentle (lr 1e-4 after a 10-step warm-up):
     at 2e-4 and above its first 100-150 steps can unsettle the policy before it gains, at 1e-4 the held-out accuracy
     rose at every checkpoint; (3) accuracy is measured on 500 held-out problems x 8 samples (4,000 completions) with
-    the same random numbers before and after RL, so the difference is the policy's, not the draw's. Measured gains
-    are in the report of issue 14; the bound is well below them.
+    the same random numbers before and after RL, so the difference is the policy's, not the draw's. Measured on a
+    2-core machine (whose native path is AVX2): +4.9 to +12.9 points over seeds 0-2 and the default, avx2 and
+    native paths (6 runs); the bound of 1 point is well below the smallest.
     """
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     command = [sys.executable, "-m", "trl_dapo_ext.cli.main", "demo", "--quick", "--output-dir", str(tmp_path)]
