@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None, prog: str = "trl-dapo demo") -> int:
         type=int,
         default=None,
         help="a fixed number of warm-start steps (default: until greedy accuracy on warm-start problems reaches "
-        f"{d.warm_start_target:.0%}, at most {d.sft_steps} steps)",
+        f"{d.warm_start_target * 100:.0f}%%, at most {d.sft_steps} steps)",
     )
     parser.add_argument(
         "--model-size", choices=sorted(SIZES), default=d.model_size, help=f"model size (default {d.model_size})"
