@@ -31,6 +31,13 @@ _THOUSANDS = re.compile(r"^[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
 # MATH writes thousands as `10{,}000` or `10,\!000` (also with a space after `\!`): one number, not a list.
 _LATEX_THOUSANDS = re.compile(r"(?<=\d)(?:\{,\}|,\s*\\!)\s*(?=\d{3}(?!\d))")
 _THIN_THOUSANDS = re.compile(r"(?<=\d)\\,(?=\d{3}(?!\d))")
+# "42 thousand" is 42000, not 42 with a unit: scale words become powers of ten before units are dropped.
+_SCALE = {"hundred": 2, "thousand": 3, "million": 6, "billion": 9, "trillion": 12}
+_SCALE_WORD = re.compile(
+    r"(?P<num>\d(?:[\d,]*\d)?(?:\.\d+)?)\s*(?P<open>\\(?:text|mbox|mathrm|textrm)\s*\{\s*)?"
+    r"(?P<word>hundred|thousand|million|billion|trillion)s?\b(?(open)\s*\})",
+    re.IGNORECASE,
+)
 _UNIT_WORD = re.compile(r"^(?:[A-Za-z]{2,}\.?(?:\^\{?\d\}?|\d)?|[A-Za-z]+/[A-Za-z]+)$")
 _MATH_WORDS = {
     "or", "and", "pi", "sin", "cos", "tan", "cot", "sec", "csc", "log", "ln", "exp", "sqrt", "inf", "infty",
@@ -193,6 +200,7 @@ def canonical(answer: str | None) -> str | None:
     s = _DROP.sub("", s)
     s = _SPACING.sub(lambda m: m.group() if m.group() == "\\\\" else " ", s)
     s = _FRAC_ALIASES.sub("\\\\frac", s)
+    s = _SCALE_WORD.sub(lambda m: f"{m['num']} \\times 10^{{{_SCALE[m['word'].lower()]}}}", s)
     m = _UNIT_TEXT_TAIL.match(s)
     if m:
         s = m.group("head")

@@ -131,7 +131,14 @@ class _Comparator:
     def _degenerate(self, x) -> bool:
         """Holds a division by zero (sympy's zoo) or an undefined value: all such values would compare equal."""
         sp = self.sympy
-        return isinstance(x, sp.Basic) and x.has(sp.zoo, sp.nan)
+        if not isinstance(x, sp.Basic):
+            return False
+        if x.has(sp.zoo, sp.nan):
+            return True
+        # The parser keeps `\frac{x+1}{0}` unevaluated, as (x + 1) * 0**-1: no zoo appears until it is simplified.
+        return any(
+            isinstance(node, sp.Pow) and node.base == 0 and node.exp.is_negative for node in sp.preorder_traversal(x)
+        )
 
     # ----- exactness guard: math-verify rounds to 6 digits; we re-check numbers exactly -----
 

@@ -255,3 +255,24 @@ def test_format_cannot_outweigh_correctness():
     assert total[1] > total[0]
     assert FORMAT_REWARD_WEIGHT < 1.0
     assert make_math_format_reward(require_think=False)(["\\boxed{4}"]) == [FORMAT_REWARD_WEIGHT]
+
+
+@pytest.mark.parametrize(
+    ("prediction", "gold", "expected"),
+    [
+        # A division by zero over a symbolic gold: the parser keeps (x + 1) / 0 unevaluated, still equal to nothing.
+        (r"\frac{x+1}{0}", "x+1", False),
+        (r"\frac{x}{2}/0", r"\frac{x}{2}", False),
+        ("(x+1)/0", "x+1", False),
+        (r"\frac{1}{x}", r"\frac{1}{x}", True),
+        # Scale words are powers of ten, not units: "42 thousand" is 42000.
+        (r"42 \text{ thousand}", "42", False),
+        (r"42 \text{ thousand}", "42000", True),
+        ("42 thousand", "42000", True),
+        ("1.5 million", "1500000", True),
+        ("3 hundred", "3", False),
+        ("5 apples", "5", True),  # a unit word is still dropped
+    ],
+)
+def test_zero_denominators_and_scale_words(prediction, gold, expected):
+    assert answers_match(prediction, gold) is expected

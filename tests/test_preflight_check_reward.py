@@ -18,12 +18,7 @@ GOLDS = ["42", "\\frac{1}{2}", "-3", "1,000", "3.5", "She had 3 + 4 = 7.\n#### 7
 
 # Holes of reward_funcs.math_reward that the battery finds on the current verifier (see the report of issue 22).
 # Issue 17 fixes the first two kinds; the test only requires that nothing *else* is rewarded.
-KNOWN_MATH_REWARD_HOLES = {
-    ("hedge", "or maybe"),  # "\boxed{43} or maybe \boxed{42}": boxes joined by "or maybe" are not seen as a hedge
-    ("math_edge", "zero denominator"),  # \frac{x+1}{0} equals a symbolic gold x+1
-    ("math_edge", "slash zero"),
-    ("near_miss", "scale word (thousand)"),  # "42 \text{ thousand}": the scale word is dropped like a unit
-}
+KNOWN_MATH_REWARD_HOLES: set[tuple[str, str]] = set()  # none left: a new false positive fails the test below
 
 
 def _substring(completions, answer, **kwargs):
