@@ -67,7 +67,7 @@ doctest: setup
 docs: setup
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
 
-# The main job on a fresh machine: a tiny model learns addition with DAPO on the CPU (2.5 to 4.5 minutes on 2 cores).
+# The main job on a fresh machine: a tiny model learns addition with DAPO on the CPU (about 5 minutes on 2 cores).
 demo: setup
 	$(PY) -m trl_dapo_ext.cli.main demo $(DEMO_ARGS)
 

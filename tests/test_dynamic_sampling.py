@@ -200,13 +200,13 @@ def test_resume_continues_the_refill_stream(make_model, tokenizer, tmp_path):
     resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-2"))
 
     # The resumed run draws exactly what the uninterrupted run drew after its step-2 checkpoint.
-    after_checkpoint = [t for t in taken_full if t[0] >= saved["taken"]]
-    assert taken_resumed[0][0] == saved["taken"]
+    after_checkpoint = [t for t in taken_full if t[1] >= saved["taken"]]
+    assert taken_resumed[0][1] == saved["taken"]
     assert taken_resumed == after_checkpoint
 
 
-def record_takes(trainer):
-    """List of (position before the take, indices) for every refill draw."""
+def record_takes(trainer) -> list[tuple[int, int, list[int]]]:
+    """(step, position before the take, indices) of every draw from the refill stream."""
     takes = []
     sampler = trainer.refill_sampler
     original = sampler.take
@@ -214,7 +214,7 @@ def record_takes(trainer):
     def take(count):
         position = sampler.taken
         indices = original(count)
-        takes.append((position, indices))
+        takes.append((trainer.state.global_step, position, list(indices)))
         return indices
 
     sampler.take = take

@@ -6,7 +6,7 @@ import json
 import os
 
 import pytest
-from test_dynamic_sampling import build, ds_logs, kinds_dataset
+from test_dynamic_sampling import build, ds_logs, kinds_dataset, record_takes
 
 from trl_dapo_ext.dynamic_sampling import REFILL_STATE_FILE
 
@@ -20,22 +20,6 @@ RESUME = dict(
     dynamic_sampling_skip_window=1,
     dynamic_sampling_skip_floor=0.2,
 )
-
-
-def record_takes(trainer) -> list[tuple[int, int, list[int]]]:
-    """(step, position before the take, indices) of every draw from the refill stream."""
-    takes = []
-    sampler = trainer.refill_sampler
-    original = sampler.take
-
-    def take(count):
-        position = sampler.taken
-        indices = original(count)
-        takes.append((trainer.state.global_step, position, list(indices)))
-        return indices
-
-    sampler.take = take
-    return takes
 
 
 # Measured seconds differ run to run; with a set round latency (the default) they steer nothing.
