@@ -16,8 +16,6 @@ from trl_dapo_ext.preflight.reward_check import call_with_timeout, failed, findi
 
 GOLDS = ["42", "\\frac{1}{2}", "-3", "1,000", "3.5", "She had 3 + 4 = 7.\n#### 7", "x+1", "\\frac{x}{2}"]
 
-# Holes of reward_funcs.math_reward that the battery finds on the current verifier (see the report of issue 22).
-# Issue 17 fixes the first two kinds; the test only requires that nothing *else* is rewarded.
 KNOWN_MATH_REWARD_HOLES: set[tuple[str, str]] = set()  # none left: a new false positive fails the test below
 
 

@@ -97,8 +97,14 @@ def test_profile_lengths_and_retention_drive_the_cost():
 
 
 def test_cli_on_every_recipe_and_with_a_profile(tmp_path, capsys):
+    from trl_dapo_ext.cli.demo import DemoSettings, build_tokenizer_and_model
+
+    # recipes/tiny_cpu.yaml trains the model `trl-dapo demo` writes: estimate it from that model's own config.
+    _, demo_model = build_tokenizer_and_model(DemoSettings.model_size, DemoSettings.seed)
+    demo_model.config.to_json_file(str(tmp_path / "config.json"))
     for recipe in sorted(RECIPES.glob("*.yaml")):
-        assert estimate_cli.main(["--config", str(recipe)]) == 0, recipe
+        model = ["--model", str(tmp_path / "config.json")] if recipe.name == "tiny_cpu.yaml" else []
+        assert estimate_cli.main(["--config", str(recipe), *model]) == 0, recipe
         out = capsys.readouterr().out
         assert "| H200 141GB |" in out and "KV cache" in out and "tokens" in out
     profile = tmp_path / "profile"
