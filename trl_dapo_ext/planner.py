@@ -268,11 +268,8 @@ class RefillPlanner:
 
     def _pooled_mean(self) -> float:
         """Retention over all strata (decayed history plus this step): the prior of every stratum's estimate."""
-        pooled = RetentionEstimate(self.prior_retention, self.prior_strength)
-        for estimate in self.estimates.values():
-            pooled.informative += estimate.informative
-            pooled.uninformative += estimate.uninformative
-        return pooled.mean(*(sum(counts[i] for counts in self.step_counts.values()) for i in (0, 1)))
+        alpha, beta = self._pooled_alpha_beta()
+        return alpha / (alpha + beta)
 
     def _posteriors(self, strata: set[str]) -> dict[str, tuple[float, float]]:
         prior = RetentionEstimate(self._pooled_mean(), self.prior_strength)
