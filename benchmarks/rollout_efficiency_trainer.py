@@ -44,7 +44,7 @@ from trl_dapo_ext.cli.demo import (  # noqa: E402
     make_problems,
     warm_start,
 )
-from trl_dapo_ext.round_cost import RoundCostModel  # noqa: E402
+from trl_dapo_ext.dynamic_sampling.planner import RoundCostModel  # noqa: E402
 
 VARIANTS = {
     "fixed 3x (veRL recipe)": dict(dynamic_sampling_oversample=3.0),

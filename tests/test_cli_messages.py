@@ -20,12 +20,11 @@ from helpers import constant_reward, grpo_kwargs
 
 from reward_funcs import code_reward, make_code_reward, math_reward
 from reward_funcs._columns import MissingColumnError
-from trl_dapo_ext import DAPOConfig, DAPOTrainer
+from trl_dapo_ext import DAPOConfig, DAPOTrainer, DynamicSamplingExhausted, RewardFunctionError
 from trl_dapo_ext.cli import demo as demo_cli
 from trl_dapo_ext.cli import main as cli_main
 from trl_dapo_ext.cli import train as train_cli
 from trl_dapo_ext.tiny import build_char_tokenizer, build_tiny_causal_lm
-from trl_dapo_ext.trainer import DynamicSamplingExhausted, RewardFunctionError
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU = ["--use_cpu", "true", "--bf16", "false", "--use_vllm", "false", "--gradient_checkpointing", "false"]
@@ -438,7 +437,7 @@ def test_main_turns_a_stray_ctrl_c_into_status_130(monkeypatch, capsys):
 
 
 def test_entropy_blanking_only_touches_values_of_the_empty_batch():
-    from trl_dapo_ext.diagnostics import blank_token_means
+    from trl_dapo_ext.core.metrics import blank_token_means
 
     logged = {"entropy": [1.0, 0.0], "clip_ratio/high_mean": [0.0], "policy_loss": [0.1]}
     blank_token_means(logged, {"entropy": 1, "clip_ratio/high_mean": 0})

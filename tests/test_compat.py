@@ -166,7 +166,7 @@ def test_trl_pads_the_batch_as_batch_py_assumes(make_model, tokenizer, prompt_da
     """Prompt keys are left-padded and completion keys right-padded with the values `batch.py` uses to re-pad."""
     from helpers import add_eos_bias
 
-    from trl_dapo_ext.batch import COMPLETION_KEYS, PROMPT_KEYS
+    from trl_dapo_ext.dynamic_sampling.assembly import COMPLETION_KEYS, PROMPT_KEYS
 
     model = add_eos_bias(make_model(), tokenizer.eos_token_id, 3.0)  # completions of different lengths
     trainer = GRPOTrainer(

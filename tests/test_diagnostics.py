@@ -12,25 +12,21 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trl_dapo_ext import diagnostics
-from trl_dapo_ext.advantages import group_advantages
-from trl_dapo_ext.diagnostics import (
-    ALL_MAX,
-    ALL_MIN,
-    MIXED,
-    UNSCORABLE,
+from trl_dapo_ext.core import metrics as diagnostics
+from trl_dapo_ext.core.advantages import group_advantages
+from trl_dapo_ext.core.groups import ALL_MAX, ALL_MIN, MIXED, UNSCORABLE, success_outcomes
+from trl_dapo_ext.core.metrics import (
     StepTimer,
     allocated_memory_gb,
     generation_cost,
     group_metrics,
-    group_outcomes,
     length_metrics,
     pass_at_k,
     peak_memory_gb,
     time_split,
     token_metrics,
 )
-from trl_dapo_ext.overlong import overlong_penalty
+from trl_dapo_ext.core.overlong import overlong_penalty
 
 NAN = float("nan")
 
@@ -42,7 +38,7 @@ def _t(*values):
 # ------------------------------------------------------------------------------------------------ group outcomes
 
 
-def test_group_outcomes_known_groups():
+def test_success_outcomes_known_groups():
     rewards = _t(
         *[1, 1, 1],  # all correct
         *[0, 0, 0],  # all wrong
@@ -53,7 +49,7 @@ def test_group_outcomes_known_groups():
         *[NAN, NAN, NAN],  # nothing to judge
         *[0.2, 0.7, NAN],  # contrast among the scorable ones
     )
-    assert group_outcomes(rewards, 3).tolist() == [
+    assert success_outcomes(rewards, 3).tolist() == [
         ALL_MAX,
         ALL_MIN,
         MIXED,
@@ -65,13 +61,13 @@ def test_group_outcomes_known_groups():
     ]
 
 
-def test_group_outcomes_threshold_and_tolerance():
+def test_success_outcomes_threshold_and_tolerance():
     rewards = _t(0.5, 0.5, 0.8, 0.8005)
-    assert group_outcomes(rewards, 2).tolist() == [ALL_MIN, MIXED]
-    assert group_outcomes(rewards, 2, success_threshold=0.5).tolist() == [ALL_MAX, MIXED]
-    assert group_outcomes(rewards, 2, success_threshold=0.5, tol=1e-3).tolist() == [ALL_MAX, ALL_MAX]
-    assert group_outcomes(rewards, 2, success_threshold=0.9, tol=1e-3).tolist() == [ALL_MIN, ALL_MIN]
-    assert group_outcomes(rewards, 2, tol=0.0).tolist() == [ALL_MIN, MIXED]  # a constant group never has contrast
+    assert success_outcomes(rewards, 2).tolist() == [ALL_MIN, MIXED]
+    assert success_outcomes(rewards, 2, success_threshold=0.5).tolist() == [ALL_MAX, MIXED]
+    assert success_outcomes(rewards, 2, success_threshold=0.5, tol=1e-3).tolist() == [ALL_MAX, ALL_MAX]
+    assert success_outcomes(rewards, 2, success_threshold=0.9, tol=1e-3).tolist() == [ALL_MIN, ALL_MIN]
+    assert success_outcomes(rewards, 2, tol=0.0).tolist() == [ALL_MIN, MIXED]  # a constant group never has contrast
 
 
 @settings(max_examples=60, deadline=None)
@@ -82,7 +78,7 @@ def test_mixed_exactly_where_grpo_gives_an_advantage(values, num_generations):
     if not values:
         return
     rewards = torch.tensor(values, dtype=torch.float32)
-    outcome = group_outcomes(rewards, num_generations)
+    outcome = success_outcomes(rewards, num_generations)
     advantages = group_advantages(rewards, num_generations).view(-1, num_generations)
     assert ((outcome == MIXED) == (advantages != 0).any(dim=1)).all()
 
@@ -414,4 +410,4 @@ def test_diagnostics_imports_only_torch_and_the_pure_modules():
             imported.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             imported.add("." * node.level + (node.module or "").split(".")[0])
-    assert imported <= {"__future__", "time", "collections", "contextlib", "torch", ".advantages"}, imported
+    assert imported <= {"__future__", "time", "collections", "contextlib", "torch", ".advantages", ".groups"}, imported

@@ -11,13 +11,8 @@ import torch
 from datasets import Dataset, IterableDataset
 from helpers import grpo_kwargs
 
-from trl_dapo_ext import DAPOConfig, DAPOTrainer
-from trl_dapo_ext.trainer import (
-    PROMPT_INDEX_COLUMN,
-    REFILL_STATE_FILE,
-    DynamicSamplingExhausted,
-    RewardFunctionError,
-)
+from trl_dapo_ext import DAPOConfig, DAPOTrainer, DynamicSamplingExhausted, RewardFunctionError
+from trl_dapo_ext.dynamic_sampling import PROMPT_INDEX_COLUMN, REFILL_STATE_FILE
 
 pytestmark = pytest.mark.trainer
 

@@ -23,8 +23,9 @@ import torch
 from datasets import Dataset
 from helpers import grpo_kwargs
 
-from trl_dapo_ext import DAPOConfig, DAPOTrainer, group_advantages
-from trl_dapo_ext.filtering import informative_groups
+from trl_dapo_ext import DAPOConfig, DAPOTrainer
+from trl_dapo_ext.core.advantages import group_advantages
+from trl_dapo_ext.core.groups import informative_groups
 
 ROOT = Path(__file__).resolve().parents[1]
 G = 4

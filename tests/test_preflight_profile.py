@@ -12,8 +12,8 @@ from datasets import Dataset
 from helpers import first_char_digit_reward
 
 from trl_dapo_ext.cli import profile as profile_cli
-from trl_dapo_ext.history import PromptHistory
-from trl_dapo_ext.planner import RefillPlanner
+from trl_dapo_ext.dynamic_sampling.history import PromptHistory
+from trl_dapo_ext.dynamic_sampling.planner import RefillPlanner
 from trl_dapo_ext.preflight.difficulty import (
     in_band,
     planner_cost,

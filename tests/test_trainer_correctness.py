@@ -10,9 +10,9 @@ import trl.trainer.grpo_trainer as grpo_module
 from helpers import digit_fraction_reward, grpo_kwargs
 from trl import GRPOConfig, GRPOTrainer
 
-from trl_dapo_ext import DAPOConfig, DAPOTrainer
+from trl_dapo_ext import DAPOConfig, DAPOTrainer, RewardFunctionError
 from trl_dapo_ext.dynamic_sampling import PROMPT_INDEX_COLUMN
-from trl_dapo_ext.trainer import RewardFunctionError, _DiagnosticsCallback
+from trl_dapo_ext.trainer import _DiagnosticsCallback
 
 pytestmark = pytest.mark.trainer
 

@@ -6,7 +6,9 @@ import pytest
 import torch
 from helpers import RoundRecorder, add_eos_bias, constant_reward, digit_fraction_reward, grpo_kwargs
 
-from trl_dapo_ext import DAPOConfig, DAPOTrainer, group_advantages, overlong_penalty
+from trl_dapo_ext import DAPOConfig, DAPOTrainer
+from trl_dapo_ext.core.advantages import group_advantages
+from trl_dapo_ext.core.overlong import overlong_penalty
 
 pytestmark = pytest.mark.trainer
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from .advantages import ESTIMATORS, STD_KINDS
+from .core.advantages import ESTIMATORS, STD_KINDS
 
 
 @dataclass
@@ -238,6 +238,11 @@ class DAPOConfig(GRPOConfig):
         metadata={"help": "Diagnostics: the k of groups/pass@k (unbiased estimator over the G samples); None = G."},
     )
 
+    @property
+    def recomputes_advantages(self) -> bool:
+        """Whether the trainer replaces TRL's advantages with its own (leave-one-out, or the population std)."""
+        return self.advantage_estimator != "grpo" or self.reward_std != "sample"
+
     def __post_init__(self):
         super().__post_init__()  # resolves steps_per_generation / generation_batch_size first
         self._validate_extension_fields()
@@ -263,8 +268,7 @@ class DAPOConfig(GRPOConfig):
                 f"reward_std={self.reward_std!r} is not supported: use 'sample' (divisor G-1) or 'population' "
                 "(divisor G)."
             )
-        recomputes_advantages = self.advantage_estimator != "grpo" or self.reward_std != "sample"
-        if recomputes_advantages and self.multi_objective_aggregation != "sum_then_normalize":
+        if self.recomputes_advantages and self.multi_objective_aggregation != "sum_then_normalize":
             raise ValueError(
                 f"advantage_estimator={self.advantage_estimator!r} / reward_std={self.reward_std!r} apply to the "
                 "summed reward, but multi_objective_aggregation="

@@ -29,21 +29,18 @@ exactly what ``trl.GRPOTrainer`` computes.
 from __future__ import annotations
 
 import inspect
-import os
-import warnings
 from contextlib import nullcontext
 from typing import Any
 
 import torch
 from transformers import TrainerCallback
-from transformers.trainer_utils import get_last_checkpoint
 from trl import GRPOTrainer
 
 from . import compat
-from .advantages import combine_rewards, group_advantages, normalize_then_sum_advantages
 from .backends import check_vllm_server_device
 from .config import DAPOConfig, as_dapo_config
-from .diagnostics import (
+from .core.advantages import combine_rewards, group_advantages, normalize_then_sum_advantages
+from .core.metrics import (
     TOKEN_MEAN_METRICS,
     StepTimer,
     allocated_memory_gb,
@@ -54,16 +51,9 @@ from .diagnostics import (
     peak_memory_gb,
     token_metrics,
 )
-from .dynamic_sampling import (  # noqa: F401  (re-exported: the public names users import from here)
-    PROMPT_INDEX_COLUMN,
-    REFILL_STATE_FILE,
-    DynamicSamplingExhausted,
-    DynamicSamplingMixin,
-    _Round,
-    _with_prompt_index,
-    refill_state_file,
-)
-from .overlong import OverlongPenalty
+from .core.overlong import OverlongPenalty
+from .dynamic_sampling.assembly import _Round
+from .dynamic_sampling.rounds import DynamicSamplingMixin, _with_prompt_index
 
 # DAPOTrainer.__init__ takes exactly these parameters (of the installed TRL release).
 _GRPO_INIT_SIGNATURE = inspect.signature(GRPOTrainer.__init__)
@@ -130,10 +120,6 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
     # ------------------------------------------------------------------------------------------------------------
     # Rewards and advantages of one round
     # ------------------------------------------------------------------------------------------------------------
-
-    @property
-    def recomputes_advantages(self) -> bool:
-        return self.args.advantage_estimator != "grpo" or self.args.reward_std != "sample"
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         # Only the reward functions' own exceptions are renamed: an OOM or a collective's error raised elsewhere in
@@ -206,8 +192,8 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
         if self.args.dynamic_sampling and self.model.training:
             return self._dynamic_sampling_batch(inputs)
         diagnose = self.args.diagnostics and self.model.training
-        output, record = self._scored_round(inputs, need_rewards=self.recomputes_advantages or diagnose)
-        if self.recomputes_advantages:
+        output, record = self._scored_round(inputs, need_rewards=self.args.recomputes_advantages or diagnose)
+        if self.args.recomputes_advantages:
             advantages = self._advantages(record.rewards_per_func)
             self._replace_logged_advantages(advantages)
             output["advantages"] = self._local_rows(advantages, len(inputs))
@@ -357,19 +343,7 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
 
     def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
         if self.args.dynamic_sampling and resume_from_checkpoint:
-            checkpoint = resume_from_checkpoint
-            if checkpoint is True:
-                checkpoint = get_last_checkpoint(self.args.output_dir)
-            name = refill_state_file(self.args.process_index, self.args.world_size)
-            state_file = os.path.join(checkpoint, name) if checkpoint else None
-            if state_file and os.path.isfile(state_file):
-                self.load_dynamic_sampling_state_file(state_file)
-            else:
-                warnings.warn(
-                    f"resuming from {checkpoint} without {name}: the refill stream restarts from the beginning "
-                    "(refill prompts may repeat) and the round planner and prompt history start empty.",
-                    stacklevel=2,
-                )
+            self._resume_dynamic_sampling(resume_from_checkpoint)
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
 

@@ -211,7 +211,7 @@ def evaluate(model, tokenizer, problems, samples: int, seed: int, verifier) -> E
     """
     import torch
 
-    from trl_dapo_ext.diagnostics import pass_at_k
+    from trl_dapo_ext.core.metrics import pass_at_k
 
     prompts = [p["prompt"] for p in problems]
     answers = [p["answer"] for p in problems]

@@ -34,9 +34,7 @@ from contextlib import contextmanager
 import torch
 
 from .advantages import StdKind, nan_std
-
-# Group outcome codes returned by `group_outcomes`.
-MIXED, ALL_MAX, ALL_MIN, UNSCORABLE = 0, 1, 2, 3
+from .groups import ALL_MAX, ALL_MIN, MIXED, UNSCORABLE, grouped_rewards, success_outcomes
 
 TIME_SECTIONS: tuple[str, ...] = ("generation", "reward", "update")
 
@@ -44,40 +42,6 @@ _NAN = float("nan")
 
 
 # ---------------------------------------------------------------------------------------------------------- groups/
-
-
-def group_outcomes(
-    rewards: torch.Tensor, num_generations: int, success_threshold: float = 1.0, tol: float = 1e-6
-) -> torch.Tensor:
-    """Classify each group by its task rewards: ``MIXED``, ``ALL_MAX``, ``ALL_MIN`` or ``UNSCORABLE``.
-
-    A group has *no contrast* when the spread of its scorable rewards is ``<= tol`` (one scorable member has none).
-    Such a group gives every sibling the same advantage, so it teaches nothing; it is
-
-    * ``ALL_MAX`` (all correct) when its common reward is ``>= success_threshold``,
-    * ``ALL_MIN`` (all wrong) otherwise, e.g. a constant 0.5 under the default threshold 1.0: the group is saturated
-      *below* success, which is the case the prompt curriculum must fix (too hard), not the easy-prompt case.
-
-    Every group with contrast is ``MIXED``; a group without any scorable member is ``UNSCORABLE``. For 0/1 rewards
-    this is exactly all-correct / all-wrong / mixed, and ``MIXED`` is what dynamic sampling keeps.
-
-    Example:
-        >>> group_outcomes(torch.tensor([1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.5, 0.5, float("nan"), float("nan")]), 2)
-        tensor([1, 2, 0, 2, 3])
-    """
-    grouped = _grouped(rewards, num_generations)
-    scorable = ~torch.isnan(grouped)
-    # Spread as max - min over scorable members: exact 0 for constant groups, no rounding from a mean.
-    high = torch.where(scorable, grouped, torch.full_like(grouped, -torch.inf)).amax(dim=1)
-    low = torch.where(scorable, grouped, torch.full_like(grouped, torch.inf)).amin(dim=1)
-    has_any = scorable.any(dim=1)
-    no_contrast = has_any & (high - low <= tol)
-
-    outcome = torch.full((grouped.shape[0],), MIXED, dtype=torch.long)
-    outcome[no_contrast & (low >= success_threshold)] = ALL_MAX
-    outcome[no_contrast & (low < success_threshold)] = ALL_MIN
-    outcome[~has_any] = UNSCORABLE
-    return outcome
 
 
 def pass_at_k(num_samples: torch.Tensor, num_correct: torch.Tensor, k: int) -> torch.Tensor:
@@ -126,7 +90,7 @@ def group_metrics(
         success_threshold: a completion is correct when its reward is ``>= success_threshold``.
         k: pass@k's ``k``; defaults to ``G``. A group with fewer than ``k`` scorable samples is left out of pass@k.
         std: divisor of the within-group spread, ``"sample"`` (G-1, TRL's) or ``"population"`` (G).
-        tol: spread at or below which a group has no contrast (see :func:`group_outcomes`).
+        tol: spread at or below which a group has no contrast (see :func:`~trl_dapo_ext.core.groups.success_outcomes`).
 
     Returns ``groups/frac_all_max``, ``groups/frac_all_min``, ``groups/frac_mixed`` (fractions of the groups with at
     least one scorable member; they sum to 1), ``groups/reward_std_mean`` and ``groups/reward_std_p10|p50|p90``
@@ -137,12 +101,12 @@ def group_metrics(
         >>> round(m["groups/frac_mixed"], 4), round(m["groups/pass@1"], 4), round(m["groups/pass@k"], 4)
         (0.3333, 0.4167, 0.6667)
     """
-    grouped = _grouped(rewards, num_generations)
+    grouped = grouped_rewards(rewards, num_generations)
     k = num_generations if k is None else k
     if not 1 <= k <= num_generations:
         raise ValueError(f"k must satisfy 1 <= k <= num_generations={num_generations}, got {k}")
 
-    outcome = group_outcomes(rewards, num_generations, success_threshold, tol)
+    outcome = success_outcomes(rewards, num_generations, success_threshold, tol)
     scorable_groups = outcome != UNSCORABLE
     num_scorable_groups = int(scorable_groups.sum())
     metrics = {
@@ -425,16 +389,6 @@ def blank_token_means(metrics: MutableMapping[str, list[float]], marks: Mapping[
 
 
 # ---------------------------------------------------------------------------------------------------------- helpers
-
-
-def _grouped(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
-    if not isinstance(num_generations, int) or num_generations < 1:
-        raise ValueError(f"num_generations must be a positive int, got {num_generations!r}")
-    if rewards.dim() != 1 or not torch.is_floating_point(rewards):
-        raise ValueError(f"rewards must be a flat float (B*G,) tensor, got {rewards.dtype} {tuple(rewards.shape)}")
-    if rewards.numel() % num_generations:
-        raise ValueError(f"{rewards.numel()} rewards do not split into groups of num_generations={num_generations}")
-    return rewards.detach().cpu().view(-1, num_generations)
 
 
 def _fraction(mask: torch.Tensor, count: int) -> float:
