@@ -1,29 +1,9 @@
 """`DAPOTrainer`: TRL's `GRPOTrainer` with DAPO's extensions, each switched on by a `DAPOConfig` field.
 
-Overridden `GRPOTrainer` methods (pinned in `compat.py`) and why:
-
-* ``__init__``: takes exactly ``GRPOTrainer.__init__``'s parameters (its signature is copied, so a new TRL parameter
-  passes through); accepts a plain ``trl.GRPOConfig``; appends the overlong penalty as one more reward function (so
-  it is added to the reward before advantages, logged on its own, and works with every generation backend); sets up
-  the refill stream for dynamic sampling.
-* ``_calculate_rewards``: calls ``super()`` and keeps the gathered ``(N_global, n_funcs)`` reward matrix and the
-  round's completions, which TRL does not return from a generation round; while it runs, each reward function is
-  guarded so that an exception it raises names the function and the step (errors from elsewhere pass unchanged).
-* ``_generate_and_score_completions``: without dynamic sampling, one ``super()`` call, then the configured advantage
-  estimator. With it (training only), ``super()`` once per generation round, keeping the informative groups, until
-  the batch is full or the round budget is spent; then advantages, ``num_items_in_batch`` and TRL's batch metrics are
-  recomputed on the batch actually trained on. That loop, the refill stream and the batch assembly live in
-  `dynamic_sampling.DynamicSamplingMixin`.
-* ``_save_rng_state`` / ``train``: every process writes the state that steers refill (stream position, planner
-  estimates, reward range, prompt history) beside its RNG state in each checkpoint; ``train`` restores it when
-  resuming.
-* ``compute_loss``: with dynamic sampling, calls ``super()`` and, for a micro-batch without a single loss token
-  (only masked fill groups), turns TRL's token-mean metrics (``entropy``, clip ratios) into NaN: TRL would log 0.
-* ``_generate``, ``_prepare_inputs``, ``training_step``: each calls ``super()`` inside a section of the step timer
-  (``diagnostics=True``: the ``time/`` split); without diagnostics the timer is a no-op.
-
-Loss, generation, optimizer and logging stay TRL's. With every extension field at its default, the trainer computes
-exactly what ``trl.GRPOTrainer`` computes.
+A short orchestration: the math is in `core` (advantages, overlong penalty, group outcomes, diagnostics values), the
+refill machinery in `dynamic_sampling`; this class wires them into the TRL methods listed in its docstring, each of
+which calls ``super()`` (no TRL code is copied). Every private TRL name it relies on is listed and checked in
+`compat.py`.
 """
 
 from __future__ import annotations
@@ -65,6 +45,32 @@ class RewardFunctionError(RuntimeError):
 
 class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
     """Drop-in `trl.GRPOTrainer` with DAPO extensions; see `DAPOConfig` for the fields that switch them on.
+
+    The `GRPOTrainer` seams it overrides (each pinned in `compat.py`), and why:
+
+    * ``__init__``: takes exactly ``GRPOTrainer.__init__``'s parameters (its signature is copied, so a new TRL parameter
+      passes through); accepts a plain ``trl.GRPOConfig``; appends the overlong penalty as one more reward function (so
+      it is added to the reward before advantages, logged on its own, and works with every generation backend); sets up
+      the refill stream for dynamic sampling.
+    * ``_calculate_rewards``: calls ``super()`` and keeps the gathered ``(N_global, n_funcs)`` reward matrix and the
+      round's completions, which TRL does not return from a generation round; while it runs, each reward function is
+      guarded so that an exception it raises names the function and the step (errors from elsewhere pass unchanged).
+    * ``_generate_and_score_completions``: without dynamic sampling, one ``super()`` call, then the configured advantage
+      estimator. With it (training only), ``super()`` once per generation round, keeping the informative groups, until
+      the batch is full or the round budget is spent; then advantages, ``num_items_in_batch`` and TRL's batch metrics
+      are recomputed on the batch actually trained on. That loop lives in `dynamic_sampling.rounds`, the refill stream
+      in `dynamic_sampling.stream` and the batch assembly in `dynamic_sampling.assembly` (all reached through
+      `DynamicSamplingMixin`).
+    * ``_save_rng_state`` / ``train``: every process writes the state that steers refill (stream position, planner
+      estimates, reward range, prompt history) beside its RNG state in each checkpoint; ``train`` restores it when
+      resuming (`dynamic_sampling.state`).
+    * ``compute_loss``: with dynamic sampling, calls ``super()`` and, for a micro-batch without a single loss token
+      (only masked fill groups), turns TRL's token-mean metrics (``entropy``, clip ratios) into NaN: TRL would log 0.
+    * ``_generate``, ``_prepare_inputs``, ``training_step``: each calls ``super()`` inside a section of the step timer
+      (``diagnostics=True``: the ``time/`` split); without diagnostics the timer is a no-op.
+
+    Loss, generation, optimizer and logging stay TRL's. With every extension field at its default, the trainer
+    computes exactly what ``trl.GRPOTrainer`` computes.
 
     Example:
         >>> from trl_dapo_ext import DAPOConfig, DAPOTrainer

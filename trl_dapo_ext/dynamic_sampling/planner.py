@@ -8,8 +8,8 @@ estimates of the retention rate (informative groups / attempted groups):
 * Each estimate is a Beta posterior: a weak prior plus the counts of earlier steps, each step down-weighted by
   ``decay`` so that the estimate follows a policy that is learning (retention drifts).
 * Prompts can be split into **strata** that the caller names, e.g. by what a prompt's last group turned out to be
-  (:meth:`trl_dapo_ext.dynamic_sampling.history.PromptHistory.stratum`): a prompt that was informative last time is far more likely
-  to be informative again than one that was all right. Each stratum has its own estimate (its prior is the pooled
+  (:meth:`trl_dapo_ext.dynamic_sampling.history.PromptHistory.stratum`): a prompt that was informative last time is
+  far more likely to be informative again than one that was all right. Each stratum has its own estimate (its prior is the pooled
   rate), and a round's informative count is a sum of one Beta-Binomial per stratum (without history: one stratum).
 * By default (``confidence=None``) a round is sized to minimise the expected cost of finishing the step, where a
   round costs ``round_latency + G * groups`` completion-equivalents (:func:`plan_values`: a Bellman

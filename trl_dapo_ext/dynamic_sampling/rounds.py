@@ -538,8 +538,8 @@ class DynamicSamplingMixin(AssemblyMixin, StateMixin):
                 "(see the warnings it printed)."
             )
         return (
-            f"{where}: {totals.attempted} prompt groups attempted, {totals.informative} informative, retained per process "
-            f"{retained_per_process.tolist()} of {target} needed{unscored.note(self.reward_func_names)}. Raise "
+            f"{where}: {totals.attempted} prompt groups attempted, {totals.informative} informative, retained per "
+            f"process {retained_per_process.tolist()} of {target} needed{unscored.note(self.reward_func_names)}. Raise "
             "dynamic_sampling_max_rounds (or dynamic_sampling_max_groups_per_step), use prompts of mixed "
             "difficulty, or set dynamic_sampling_on_exhausted='fill' to train on a partly filled batch."
         )

@@ -127,7 +127,7 @@ def histogram(pass_rates: Sequence[float]) -> dict[str, int]:
 
 
 def planner_cost(retention: float, prompts: int, group_size: int, batch_groups: int) -> dict[str, float]:
-    """What the refill planner (``trl_dapo_ext.dynamic_sampling.planner``) makes of this retention after one step's evidence.
+    """What the refill planner (``dynamic_sampling.planner``) makes of this retention after one step's evidence.
 
     ``prompts`` groups observed at ``retention``: its posterior retention, the expected completions per retained
     group (``G / retention``) and the groups it plans for round 1 of a step that needs ``batch_groups``.
