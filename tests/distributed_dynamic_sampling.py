@@ -22,6 +22,7 @@ from test_dynamic_sampling import BatchRecorder, KindReward, ds_logs, kinds_data
 from test_resume import RESUME, after_checkpoint, record_takes, steering_state, untimed  # noqa: E402
 
 from trl_dapo_ext import DAPOConfig, DAPOTrainer  # noqa: E402
+from trl_dapo_ext.metric_names import N  # noqa: E402
 from trl_dapo_ext.tiny import build_char_tokenizer, build_tiny_causal_lm  # noqa: E402
 
 
@@ -52,7 +53,7 @@ def resume(output_dir: str) -> dict:
         "resumed_logs": after_checkpoint(resumed),
         "full_state": untimed(steering_state(full)),
         "resumed_state": untimed(steering_state(resumed)),
-        "skipped": sum(h["dynamic_sampling/skipped_prompts"] for h in ds_logs(full)),
+        "skipped": sum(h[N.DYNAMIC_SAMPLING_SKIPPED_PROMPTS] for h in ds_logs(full)),
     }
 
 
@@ -85,7 +86,7 @@ def agree(output_dir: str) -> dict:
             sorted(set(t[0] for t in tokenizer.batch_decode(b["prompt_ids"], skip_special_tokens=True)))
             for b in recorder.batches
         ],
-        "logs": [h for h in trainer.state.log_history if "dynamic_sampling/rounds" in h],
+        "logs": [h for h in trainer.state.log_history if N.DYNAMIC_SAMPLING_ROUNDS in h],
         "global_step": trainer.state.global_step,
     }
 

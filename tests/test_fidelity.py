@@ -26,6 +26,7 @@ from helpers import grpo_kwargs
 from trl_dapo_ext import DAPOConfig, DAPOTrainer
 from trl_dapo_ext.core.advantages import group_advantages
 from trl_dapo_ext.core.groups import informative_groups
+from trl_dapo_ext.metric_names import N
 
 ROOT = Path(__file__).resolve().parents[1]
 G = 4
@@ -149,8 +150,8 @@ def test_dapo_loss_weighs_every_token_one_hundredth(make_model, tokenizer, tmp_p
     probe = LossProbe(trainer, token_weights)
     trainer.train()
 
-    logs = [h for h in trainer.state.log_history if "dynamic_sampling/rounds" in h]
-    assert logs[0]["dynamic_sampling/zero_variance_groups"] >= 1, "no filler group was dropped: the count is untested"
+    logs = [h for h in trainer.state.log_history if N.DYNAMIC_SAMPLING_ROUNDS in h]
+    assert logs[0][N.DYNAMIC_SAMPLING_ZERO_VARIANCE_GROUPS] >= 1, "no filler group was dropped: the count is untested"
     assert len(probe.inputs) == 2  # two micro-batches of two completions
     lengths = torch.cat([inputs["completion_mask"].sum(dim=1) for inputs in probe.inputs])
     assert sorted(lengths.tolist()) == sorted(SEED_LENGTHS)

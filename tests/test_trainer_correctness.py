@@ -12,6 +12,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from trl_dapo_ext import DAPOConfig, DAPOTrainer, RewardFunctionError
 from trl_dapo_ext.dynamic_sampling import PROMPT_INDEX_COLUMN
+from trl_dapo_ext.metric_names import N
 from trl_dapo_ext.trainer import _DiagnosticsCallback
 
 pytestmark = pytest.mark.trainer
@@ -78,8 +79,8 @@ def test_the_runs_peak_memory_survives_the_steps(make_model, tokenizer, prompt_d
     assert torch.cuda.max_memory_allocated() == 5 * 2**30
     metrics = trainer._metrics["train"]
     # ... the logged peak is the run's peak so far, and the memory held at each step's end is logged beside it.
-    assert metrics["cost/peak_memory_gb"] == [5.0, 5.0]
-    assert metrics["cost/memory_allocated_gb"] == [5.0, 2.0]
+    assert metrics[N.COST_PEAK_MEMORY_GB] == [5.0, 5.0]
+    assert metrics[N.COST_MEMORY_ALLOCATED_GB] == [5.0, 2.0]
 
 
 # ---------------------------------------------------------------------------------------------------- reward errors

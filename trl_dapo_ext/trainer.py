@@ -34,6 +34,7 @@ from .core.metrics import (
 from .core.overlong import OverlongPenalty
 from .dynamic_sampling.assembly import _Round
 from .dynamic_sampling.rounds import DynamicSamplingMixin, _with_prompt_index
+from .metric_names import N
 
 # DAPOTrainer.__init__ takes exactly these parameters (of the installed TRL release).
 _GRPO_INIT_SIGNATURE = inspect.signature(GRPOTrainer.__init__)
@@ -380,5 +381,5 @@ class _DiagnosticsCallback(TrainerCallback):
         # so the logged peak is the run's so far; the memory still held at the step's end shows a leak per step.
         peak = peak_memory_gb()
         if peak is not None:
-            metrics["cost/peak_memory_gb"].append(peak)
-            metrics["cost/memory_allocated_gb"].append(allocated_memory_gb())
+            metrics[N.COST_PEAK_MEMORY_GB].append(peak)
+            metrics[N.COST_MEMORY_ALLOCATED_GB].append(allocated_memory_gb())

@@ -33,6 +33,7 @@ from contextlib import contextmanager
 
 import torch
 
+from ..metric_names import N
 from .advantages import StdKind, nan_std
 from .groups import ALL_MAX, ALL_MIN, MIXED, UNSCORABLE, grouped_rewards, success_outcomes
 
@@ -110,27 +111,27 @@ def group_metrics(
     scorable_groups = outcome != UNSCORABLE
     num_scorable_groups = int(scorable_groups.sum())
     metrics = {
-        "groups/frac_all_max": _fraction(outcome == ALL_MAX, num_scorable_groups),
-        "groups/frac_all_min": _fraction(outcome == ALL_MIN, num_scorable_groups),
-        "groups/frac_mixed": _fraction(outcome == MIXED, num_scorable_groups),
+        N.GROUPS_FRAC_ALL_MAX: _fraction(outcome == ALL_MAX, num_scorable_groups),
+        N.GROUPS_FRAC_ALL_MIN: _fraction(outcome == ALL_MIN, num_scorable_groups),
+        N.GROUPS_FRAC_MIXED: _fraction(outcome == MIXED, num_scorable_groups),
     }
 
     # Spread of each scorable group; a lone scorable member has no spread (nan_std says NaN for "sample").
     spread = nan_std(grouped.double(), dim=1, kind=std)
     spread = torch.nan_to_num(spread, nan=0.0)[scorable_groups]
-    percentiles = ("groups/reward_std_p10", "groups/reward_std_p50", "groups/reward_std_p90")
+    percentiles = (N.GROUPS_REWARD_STD_P10, N.GROUPS_REWARD_STD_P50, N.GROUPS_REWARD_STD_P90)
     if spread.numel():
         quantiles = torch.quantile(spread, torch.tensor([0.1, 0.5, 0.9], dtype=spread.dtype))
-        metrics["groups/reward_std_mean"] = spread.mean().item()
+        metrics[N.GROUPS_REWARD_STD_MEAN] = spread.mean().item()
         metrics.update(zip(percentiles, quantiles.tolist(), strict=True))
     else:
-        metrics.update(dict.fromkeys(("groups/reward_std_mean", *percentiles), _NAN))
+        metrics.update(dict.fromkeys((N.GROUPS_REWARD_STD_MEAN, *percentiles), _NAN))
 
     scorable = ~torch.isnan(grouped)
     num_samples = scorable.sum(dim=1)
     num_correct = (scorable & (grouped >= success_threshold)).sum(dim=1)
-    metrics["groups/pass@1"] = _nanmean(pass_at_k(num_samples, num_correct, 1))
-    metrics["groups/pass@k"] = _nanmean(pass_at_k(num_samples, num_correct, k))
+    metrics[N.GROUPS_PASS_AT_1] = _nanmean(pass_at_k(num_samples, num_correct, 1))
+    metrics[N.GROUPS_PASS_AT_K] = _nanmean(pass_at_k(num_samples, num_correct, k))
     return metrics
 
 
@@ -177,18 +178,18 @@ def length_metrics(
     if (max_length is None) != (buffer_length is None):
         raise ValueError("pass both max_length and buffer_length (L_max and L_cache), or neither")
 
-    metrics = {"length/truncated_frac": _fraction(truncated, truncated.numel())}
+    metrics = {N.LENGTH_TRUNCATED_FRAC: _fraction(truncated, truncated.numel())}
     if max_length is not None:
         in_buffer = (lengths > max_length - buffer_length) & (lengths <= max_length)
-        metrics["length/in_buffer_frac"] = _fraction(in_buffer, lengths.numel())
+        metrics[N.LENGTH_IN_BUFFER_FRAC] = _fraction(in_buffer, lengths.numel())
     if task_rewards is not None:
         scorable = ~torch.isnan(task_rewards)
-        metrics["length/task_accuracy"] = _fraction(task_rewards[scorable] >= success_threshold, int(scorable.sum()))
+        metrics[N.LENGTH_TASK_ACCURACY] = _fraction(task_rewards[scorable] >= success_threshold, int(scorable.sum()))
     if penalty is not None:
-        metrics["length/overlong_penalty_mean"] = _nanmean(penalty.double())
+        metrics[N.LENGTH_OVERLONG_PENALTY_MEAN] = _nanmean(penalty.double())
         if task_rewards is not None:
             # NaN task rewards stay NaN after adding the penalty, so unscorable rows drop out here too.
-            metrics["length/shaped_reward_mean"] = _nanmean(task_rewards.double() + penalty.double())
+            metrics[N.LENGTH_SHAPED_REWARD_MEAN] = _nanmean(task_rewards.double() + penalty.double())
     return metrics
 
 
@@ -228,8 +229,8 @@ def token_metrics(
     positions = prompt_mask.numel() + completion_mask.numel()
     real = int(prompt_mask.bool().sum()) + int(completion_mask.bool().sum())
     return {
-        "cost/useful_token_frac": _ratio(int((loss_mask.bool() & completion_mask.bool()).sum()), positions),
-        "cost/padded_token_frac": _ratio(positions - real, positions),
+        N.COST_USEFUL_TOKEN_FRAC: _ratio(int((loss_mask.bool() & completion_mask.bool()).sum()), positions),
+        N.COST_PADDED_TOKEN_FRAC: _ratio(positions - real, positions),
     }
 
 
@@ -246,7 +247,7 @@ def generation_cost(generated_tokens: int, retained_groups: int) -> dict[str, fl
     """
     if generated_tokens < 0 or retained_groups < 0:
         raise ValueError(f"counts must be >= 0, got {generated_tokens=} and {retained_groups=}")
-    return {"cost/generated_tokens_per_retained_group": _ratio(generated_tokens, retained_groups)}
+    return {N.COST_GENERATED_TOKENS_PER_RETAINED_GROUP: _ratio(generated_tokens, retained_groups)}
 
 
 def peak_memory_gb(device: torch.device | int | None = None) -> float | None:

@@ -24,6 +24,7 @@ from transformers.trainer_callback import ProgressCallback
 
 from ..core.advantages import combine_rewards
 from ..core.groups import GroupOutcome, group_outcomes, group_upper_counts, informative_groups
+from ..metric_names import N
 from .assembly import AssemblyMixin, _Part
 from .history import PromptHistory
 from .planner import POOLED, RefillPlanner, plan_refill_groups
@@ -478,39 +479,39 @@ class DynamicSamplingMixin(AssemblyMixin, StateMixin):
         device = self.accelerator.device
         filled_global = int(self.accelerator.gather(torch.tensor([filled], device=device)).sum())
         metrics = {
-            "dynamic_sampling/rounds": rounds,
-            "dynamic_sampling/attempted_groups": attempted,
-            "dynamic_sampling/retained_groups": retained,
-            "dynamic_sampling/discarded_surplus_groups": totals.surplus,
-            "dynamic_sampling/zero_variance_groups": totals.zero_variance,
-            "dynamic_sampling/filled_groups": filled_global,
-            "dynamic_sampling/retention_rate": retained / attempted if attempted else 0.0,
-            "dynamic_sampling/generated_completions": attempted * self.num_generations,
+            N.DYNAMIC_SAMPLING_ROUNDS: rounds,
+            N.DYNAMIC_SAMPLING_ATTEMPTED_GROUPS: attempted,
+            N.DYNAMIC_SAMPLING_RETAINED_GROUPS: retained,
+            N.DYNAMIC_SAMPLING_DISCARDED_SURPLUS_GROUPS: totals.surplus,
+            N.DYNAMIC_SAMPLING_ZERO_VARIANCE_GROUPS: totals.zero_variance,
+            N.DYNAMIC_SAMPLING_FILLED_GROUPS: filled_global,
+            N.DYNAMIC_SAMPLING_RETENTION_RATE: retained / attempted if attempted else 0.0,
+            N.DYNAMIC_SAMPLING_GENERATED_COMPLETIONS: attempted * self.num_generations,
             # The zero-variance split, every bucket: all_max + all_min + other = zero_variance_groups.
-            "dynamic_sampling/all_max_groups": totals.all_max,
-            "dynamic_sampling/all_min_groups": totals.all_min,
-            "dynamic_sampling/other_zero_variance_groups": totals.other,
+            N.DYNAMIC_SAMPLING_ALL_MAX_GROUPS: totals.all_max,
+            N.DYNAMIC_SAMPLING_ALL_MIN_GROUPS: totals.all_min,
+            N.DYNAMIC_SAMPLING_OTHER_ZERO_VARIANCE_GROUPS: totals.other,
         }
-        metrics["dynamic_sampling/generation_seconds"] = self._step_seconds
+        metrics[N.DYNAMIC_SAMPLING_GENERATION_SECONDS] = self._step_seconds
         if self.refill_planner is not None:
             planner = self.refill_planner
-            metrics["dynamic_sampling/expected_retention"] = planner.expected_retention()
+            metrics[N.DYNAMIC_SAMPLING_EXPECTED_RETENTION] = planner.expected_retention()
             # Costs in completion-equivalents (a round costs round_latency + its completions): what the plan
             # expected at round 1, and what the rounds cost.
-            metrics["dynamic_sampling/realised_cost"] = planner.last_step["realised_cost"]
-            metrics["dynamic_sampling/round_latency"] = planner.last_step["latency"]
-            metrics["dynamic_sampling/measured_round_latency"] = planner.cost_model.latency()
-            metrics["dynamic_sampling/seconds_per_completion"] = planner.cost_model.seconds_per_completion()
+            metrics[N.DYNAMIC_SAMPLING_REALISED_COST] = planner.last_step["realised_cost"]
+            metrics[N.DYNAMIC_SAMPLING_ROUND_LATENCY] = planner.last_step["latency"]
+            metrics[N.DYNAMIC_SAMPLING_MEASURED_ROUND_LATENCY] = planner.cost_model.latency()
+            metrics[N.DYNAMIC_SAMPLING_SECONDS_PER_COMPLETION] = planner.cost_model.seconds_per_completion()
             if planner.confidence is None:
-                metrics["dynamic_sampling/expected_cost"] = planner.last_step["expected_cost"]
-                metrics["dynamic_sampling/planned_fill_chance"] = planner.last_step["fill_chance"]
+                metrics[N.DYNAMIC_SAMPLING_EXPECTED_COST] = planner.last_step["expected_cost"]
+                metrics[N.DYNAMIC_SAMPLING_PLANNED_FILL_CHANCE] = planner.last_step["fill_chance"]
         if self.skips_prompts:
             skips = self._skip_counts
             metrics.update(
                 {
-                    "dynamic_sampling/skipped_prompts": skips.skipped,
-                    "dynamic_sampling/readmitted_prompts": skips.readmitted,
-                    "dynamic_sampling/forced_prompts": skips.forced,
+                    N.DYNAMIC_SAMPLING_SKIPPED_PROMPTS: skips.skipped,
+                    N.DYNAMIC_SAMPLING_READMITTED_PROMPTS: skips.readmitted,
+                    N.DYNAMIC_SAMPLING_FORCED_PROMPTS: skips.forced,
                 }
             )
         self._replace_trl_metrics(metric_marks, facts)
