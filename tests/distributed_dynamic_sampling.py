@@ -17,11 +17,10 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 import torch  # noqa: E402
 import trl115_cpu_shim  # noqa: E402
-from helpers import grpo_kwargs  # noqa: E402
+from helpers import tiny_trainer  # noqa: E402
 from test_dynamic_sampling import BatchRecorder, KindReward, ds_logs, kinds_dataset  # noqa: E402
 from test_resume import RESUME, after_checkpoint, record_takes, steering_state, untimed  # noqa: E402
 
-from trl_dapo_ext import DAPOConfig, DAPOTrainer  # noqa: E402
 from trl_dapo_ext.metric_names import N  # noqa: E402
 from trl_dapo_ext.tiny import build_char_tokenizer, build_tiny_causal_lm  # noqa: E402
 
@@ -33,8 +32,7 @@ def resume(output_dir: str) -> dict:
 
     def trainer():
         model = build_tiny_causal_lm(tokenizer, hidden_size=32, num_layers=1, seed=2)
-        args = DAPOConfig(**grpo_kwargs(run_dir, dynamic_sampling=True, **RESUME))
-        return DAPOTrainer(model, KindReward(), args, dataset, processing_class=tokenizer)
+        return tiny_trainer(model, KindReward(), dataset, tokenizer, run_dir, dynamic_sampling=True, **RESUME)
 
     full = trainer()
     full_takes = record_takes(full)
@@ -60,19 +58,18 @@ def resume(output_dir: str) -> dict:
 def agree(output_dir: str) -> dict:
     tokenizer = build_char_tokenizer()
     model = build_tiny_causal_lm(tokenizer, hidden_size=32, num_layers=1, seed=2)
-    args = DAPOConfig(
-        **grpo_kwargs(
-            output_dir,
-            dynamic_sampling=True,
-            max_steps=3,
-            dynamic_sampling_oversample=1.5,
-            scale_rewards="batch",
-            gradient_accumulation_steps=2,
-        )
-    )
     dataset = kinds_dataset(["right", "wrong", "varying"], repeat=16)
-    trainer = DAPOTrainer(
-        model=model, reward_funcs=KindReward(), args=args, train_dataset=dataset, processing_class=tokenizer
+    trainer = tiny_trainer(
+        model,
+        KindReward(),
+        dataset,
+        tokenizer,
+        output_dir,
+        dynamic_sampling=True,
+        max_steps=3,
+        dynamic_sampling_oversample=1.5,
+        scale_rewards="batch",
+        gradient_accumulation_steps=2,
     )
     recorder = BatchRecorder(trainer)
     trainer.train()

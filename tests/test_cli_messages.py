@@ -16,16 +16,16 @@ import pytest
 import torch
 import yaml
 from datasets import Dataset
-from helpers import constant_reward, grpo_kwargs
+from helpers import constant_reward, tiny_trainer
 
 from reward_funcs import code_reward, make_code_reward, math_reward
 from reward_funcs._columns import MissingColumnError
-from trl_dapo_ext import DAPOConfig, DAPOTrainer, DynamicSamplingExhausted, RewardFunctionError
+from trl_dapo_ext import DAPOTrainer, DynamicSamplingExhausted, RewardFunctionError
 from trl_dapo_ext.cli import demo as demo_cli
 from trl_dapo_ext.cli import main as cli_main
 from trl_dapo_ext.cli import train as train_cli
 from trl_dapo_ext.metric_names import N
-from trl_dapo_ext.tiny import build_char_tokenizer, build_tiny_causal_lm
+from trl_dapo_ext.tiny import save_tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU = ["--use_cpu", "true", "--bf16", "false", "--use_vllm", "false", "--gradient_checkpointing", "false"]
@@ -34,12 +34,7 @@ SHORT = ["--max_completion_length", "8"]  # the tiny models have a context of 64
 
 @pytest.fixture
 def tiny_model_dir(tmp_path):
-    tokenizer = build_char_tokenizer()
-    model = build_tiny_causal_lm(tokenizer, hidden_size=32, num_layers=1, max_positions=64)
-    path = tmp_path / "tiny-model"
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    return save_tiny_model(tmp_path / "tiny-model", max_positions=64)
 
 
 def _jsonl(path: Path, rows: list[dict]) -> Path:
@@ -224,14 +219,8 @@ def _nan_reward(completions, **kwargs):
 
 def _ds_trainer(make_model, tokenizer, tmp_path, reward, **overrides):
     dataset = Dataset.from_dict({"prompt": [f"{i}+1=" for i in range(24)]})
-    kwargs = grpo_kwargs(tmp_path, dynamic_sampling=True, dynamic_sampling_max_rounds=2, max_steps=2, **overrides)
-    return DAPOTrainer(
-        model=make_model(seed=2),
-        reward_funcs=reward,
-        args=DAPOConfig(**kwargs),
-        train_dataset=dataset,
-        processing_class=tokenizer,
-    )
+    overrides = {"dynamic_sampling": True, "dynamic_sampling_max_rounds": 2, "max_steps": 2, **overrides}
+    return tiny_trainer(make_model(seed=2), reward, dataset, tokenizer, tmp_path, **overrides)
 
 
 @pytest.mark.trainer

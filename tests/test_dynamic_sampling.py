@@ -9,9 +9,9 @@ import os
 import pytest
 import torch
 from datasets import Dataset, IterableDataset
-from helpers import grpo_kwargs
+from helpers import grpo_kwargs, tiny_trainer
 
-from trl_dapo_ext import DAPOConfig, DAPOTrainer, DynamicSamplingExhausted, RewardFunctionError
+from trl_dapo_ext import DAPOConfig, DynamicSamplingExhausted, RewardFunctionError
 from trl_dapo_ext.dynamic_sampling import PROMPT_INDEX_COLUMN, REFILL_STATE_FILE
 from trl_dapo_ext.metric_names import N
 
@@ -60,14 +60,7 @@ class BatchRecorder:
 def build(make_model, tokenizer, tmp_path, dataset, reward=None, model=None, **overrides):
     overrides.setdefault("dynamic_sampling", True)
     reward = reward or KindReward()
-    args = DAPOConfig(**grpo_kwargs(tmp_path, **overrides))
-    trainer = DAPOTrainer(
-        model=model or make_model(seed=2),
-        reward_funcs=reward,
-        args=args,
-        train_dataset=dataset,
-        processing_class=tokenizer,
-    )
+    trainer = tiny_trainer(model or make_model(seed=2), reward, dataset, tokenizer, tmp_path, **overrides)
     return trainer, reward, BatchRecorder(trainer)
 
 

@@ -7,7 +7,7 @@ import inspect
 import pytest
 import torch
 import trl.trainer.grpo_trainer as grpo_module
-from helpers import digit_fraction_reward, grpo_kwargs
+from helpers import digit_fraction_reward, grpo_kwargs, tiny_trainer
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_dapo_ext import DAPOConfig, DAPOTrainer, RewardFunctionError
@@ -61,13 +61,7 @@ class FakeCuda:
 
 
 def test_the_runs_peak_memory_survives_the_steps(make_model, tokenizer, prompt_dataset, tmp_path, monkeypatch):
-    trainer = DAPOTrainer(
-        model=make_model(),
-        reward_funcs=digit_fraction_reward,
-        args=DAPOConfig(**grpo_kwargs(tmp_path, diagnostics=True)),
-        train_dataset=prompt_dataset,
-        processing_class=tokenizer,
-    )
+    trainer = tiny_trainer(make_model(), digit_fraction_reward, prompt_dataset, tokenizer, tmp_path, diagnostics=True)
     callback = next(c for c in trainer.callback_handler.callbacks if isinstance(c, _DiagnosticsCallback))
     cuda = FakeCuda()
     cuda.install(monkeypatch)
@@ -87,13 +81,7 @@ def test_the_runs_peak_memory_survives_the_steps(make_model, tokenizer, prompt_d
 
 
 def build(make_model, tokenizer, dataset, tmp_path, reward=digit_fraction_reward, **overrides):
-    return DAPOTrainer(
-        model=make_model(),
-        reward_funcs=reward,
-        args=DAPOConfig(**grpo_kwargs(tmp_path, **overrides)),
-        train_dataset=dataset,
-        processing_class=tokenizer,
-    )
+    return tiny_trainer(make_model(), reward, dataset, tokenizer, tmp_path, **overrides)
 
 
 def test_a_raising_reward_function_is_named_with_the_step(make_model, tokenizer, prompt_dataset, tmp_path):

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from helpers import digit_fraction_reward, grpo_kwargs
+from helpers import digit_fraction_reward, tiny_trainer
 from test_dynamic_sampling import KindReward, kinds_dataset
 
-from trl_dapo_ext import DAPOConfig, DAPOTrainer
 from trl_dapo_ext.cli.report import build_report
 from trl_dapo_ext.metric_names import N
 
@@ -16,10 +15,7 @@ PREFIXES = ("groups/", "length/", "cost/", "time/")
 
 
 def train(make_model, tokenizer, tmp_path, dataset, reward, **overrides):
-    args = DAPOConfig(**grpo_kwargs(tmp_path, **overrides))
-    trainer = DAPOTrainer(
-        model=make_model(seed=2), reward_funcs=reward, args=args, train_dataset=dataset, processing_class=tokenizer
-    )
+    trainer = tiny_trainer(make_model(seed=2), reward, dataset, tokenizer, tmp_path, **overrides)
     trainer.train()
     return trainer, [h for h in trainer.state.log_history if "loss" in h]
 
