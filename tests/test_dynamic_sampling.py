@@ -12,7 +12,8 @@ from datasets import Dataset, IterableDataset
 from helpers import grpo_kwargs, tiny_trainer
 
 from trl_dapo_ext import DAPOConfig, DynamicSamplingExhausted, RewardFunctionError
-from trl_dapo_ext.dynamic_sampling import PROMPT_INDEX_COLUMN, REFILL_STATE_FILE
+from trl_dapo_ext.dynamic_sampling.rounds import PROMPT_INDEX_COLUMN
+from trl_dapo_ext.dynamic_sampling.state import REFILL_STATE_FILE
 from trl_dapo_ext.metric_names import N
 
 pytestmark = pytest.mark.trainer

@@ -8,7 +8,7 @@ import os
 import pytest
 from test_dynamic_sampling import build, ds_logs, kinds_dataset, record_takes
 
-from trl_dapo_ext.dynamic_sampling import REFILL_STATE_FILE
+from trl_dapo_ext.dynamic_sampling.state import REFILL_STATE_FILE
 from trl_dapo_ext.metric_names import N
 
 pytestmark = pytest.mark.trainer
@@ -84,7 +84,7 @@ def test_state_is_written_where_the_rng_state_is_and_a_failed_write_raises(make_
 
 
 def test_one_state_file_per_process_like_the_rng_state():
-    from trl_dapo_ext.dynamic_sampling import refill_state_file
+    from trl_dapo_ext.dynamic_sampling.state import refill_state_file
 
     assert refill_state_file(process_index=0, world_size=1) == REFILL_STATE_FILE
     assert refill_state_file(process_index=1, world_size=2) == "dapo_refill_state_1.json"

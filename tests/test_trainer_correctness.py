@@ -11,7 +11,7 @@ from helpers import digit_fraction_reward, grpo_kwargs, tiny_trainer
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_dapo_ext import DAPOConfig, DAPOTrainer, RewardFunctionError
-from trl_dapo_ext.dynamic_sampling import PROMPT_INDEX_COLUMN
+from trl_dapo_ext.dynamic_sampling.rounds import PROMPT_INDEX_COLUMN
 from trl_dapo_ext.metric_names import N
 from trl_dapo_ext.trainer import _DiagnosticsCallback
 

@@ -55,6 +55,7 @@ def informative_groups(rewards: torch.Tensor, num_generations: int, tolerance: f
             f"rewards must be a flat tensor of whole groups of {num_generations}, got {tuple(rewards.shape)}"
         )
     spread, scorable = group_reward_spread(rewards, num_generations)
+    # Seed 004, "Dynamic sampling": keep groups with 0 < C < G (DAPO Eq. 11), i.e. with nonzero reward contrast.
     return (scorable >= 2) & (spread > tolerance)
 
 
@@ -174,11 +175,9 @@ def success_outcomes(
         tensor([1, 2, 0, 2, 3])
     """
     grouped = grouped_rewards(rewards, num_generations)
-    scorable = ~torch.isnan(grouped)
     # Spread as max - min over scorable members: exact 0 for constant groups, no rounding from a mean.
-    high = torch.where(scorable, grouped, torch.full_like(grouped, -torch.inf)).amax(dim=1)
-    low = torch.where(scorable, grouped, torch.full_like(grouped, torch.inf)).amin(dim=1)
-    has_any = scorable.any(dim=1)
+    low, high = scorable_extremes(grouped)
+    has_any = (~torch.isnan(grouped)).any(dim=1)
     no_contrast = has_any & (high - low <= tol)
 
     outcome = torch.full((grouped.shape[0],), MIXED, dtype=torch.long)
@@ -197,3 +196,17 @@ def grouped_rewards(rewards: torch.Tensor, num_generations: int) -> torch.Tensor
     if rewards.numel() % num_generations:
         raise ValueError(f"{rewards.numel()} rewards do not split into groups of num_generations={num_generations}")
     return rewards.detach().cpu().view(-1, num_generations)
+
+
+def scorable_extremes(grouped: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row of a ``(B, G)`` reward tensor: the lowest and highest scorable (non-NaN) reward; ``(inf, -inf)`` for a
+    row without any, so ``highest > lowest`` holds exactly for the rows with contrast.
+
+    Example:
+        >>> scorable_extremes(torch.tensor([[0.0, 1.0], [0.5, float("nan")]]))
+        (tensor([0.0000, 0.5000]), tensor([1.0000, 0.5000]))
+    """
+    missing = torch.isnan(grouped)
+    lowest = torch.where(missing, torch.inf, grouped).amin(dim=1)
+    highest = torch.where(missing, -torch.inf, grouped).amax(dim=1)
+    return lowest, highest

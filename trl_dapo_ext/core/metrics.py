@@ -63,6 +63,7 @@ def pass_at_k(num_samples: torch.Tensor, num_correct: torch.Tensor, k: int) -> t
     c = torch.as_tensor(num_correct, dtype=torch.float64)
     if torch.any(c > n) or torch.any(c < 0):
         raise ValueError("num_correct must lie in [0, num_samples]")
+    # pass@k = 1 - C(n-c, k) / C(n, k) (Chen et al. 2021; the single- vs k-attempt success of seed 000 Sec. 4.3).
     # Factor i runs over n-c+1 .. n; one row per group, padded with factor 1 beyond each group's c terms.
     width = int(c.max().item()) if c.numel() else 0
     offsets = torch.arange(width, dtype=torch.float64)
@@ -262,9 +263,7 @@ def peak_memory_gb(device: torch.device | int | None = None) -> float | None:
         >>> value is None or value >= 0.0
         True
     """
-    if not torch.cuda.is_available():
-        return None
-    return torch.cuda.max_memory_allocated(device) / 2**30
+    return _cuda_gib(torch.cuda.max_memory_allocated, device)
 
 
 def allocated_memory_gb(device: torch.device | int | None = None) -> float | None:
@@ -275,9 +274,12 @@ def allocated_memory_gb(device: torch.device | int | None = None) -> float | Non
         >>> value is None or value >= 0.0
         True
     """
-    if not torch.cuda.is_available():
-        return None
-    return torch.cuda.memory_allocated(device) / 2**30
+    return _cuda_gib(torch.cuda.memory_allocated, device)
+
+
+def _cuda_gib(read: Callable[[torch.device | int | None], int], device: torch.device | int | None) -> float | None:
+    """A CUDA memory counter in GiB (2**30 bytes); None without CUDA."""
+    return read(device) / 2**30 if torch.cuda.is_available() else None
 
 
 # ------------------------------------------------------------------------------------------------------------ time/
