@@ -323,6 +323,11 @@ class DAPOConfig(GRPOConfig):
                     "dynamic_sampling=True or drop it."
                 )
             return
+        self._validate_round_sizing()
+        self._validate_group_selection()
+
+    def _validate_round_sizing(self) -> None:
+        """The fields that size the rounds: their count, the oversampling, the planner's knobs and the budget."""
         if isinstance(self.dynamic_sampling_max_rounds, bool) or not (
             isinstance(self.dynamic_sampling_max_rounds, int) and self.dynamic_sampling_max_rounds >= 1
         ):
@@ -362,6 +367,9 @@ class DAPOConfig(GRPOConfig):
                 f"dynamic_sampling_max_groups_per_step={budget} is below the {local_groups} prompt groups every batch "
                 "needs per process; raise it or set None."
             )
+
+    def _validate_group_selection(self) -> None:
+        """The fields that decide which prompts and groups enter a batch, and what happens when too few do."""
         if self.dynamic_sampling_skip_window < 0 or not 0.0 <= self.dynamic_sampling_skip_floor <= 1.0:
             raise ValueError(
                 f"dynamic_sampling_skip_window={self.dynamic_sampling_skip_window} must be >= 0 (0 = off) and "
