@@ -16,7 +16,7 @@ import time
 import warnings
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import datasets
 import torch
@@ -65,9 +65,6 @@ class GroupCounts(NamedTuple):
     def zero_variance(self) -> int:
         return self.all_max + self.all_min + self.other
 
-    def plus(self, more: GroupCounts) -> GroupCounts:
-        return GroupCounts(*(a + b for a, b in zip(self, more)))
-
 
 class SkipCounts(NamedTuple):
     """Refill prompts of a step that prompt-history skipping passed over, readmitted (exploration floor), forced."""
@@ -76,8 +73,13 @@ class SkipCounts(NamedTuple):
     readmitted: int = 0
     forced: int = 0
 
-    def plus(self, more: SkipCounts) -> SkipCounts:
-        return SkipCounts(*(a + b for a, b in zip(self, more)))
+
+_Counts = TypeVar("_Counts", GroupCounts, SkipCounts)
+
+
+def _added(counts: _Counts, more: _Counts) -> _Counts:
+    """Two count records of the same kind, added field by field."""
+    return type(counts)(*(a + b for a, b in zip(counts, more)))
 
 
 @dataclass
@@ -254,8 +256,8 @@ class DynamicSamplingMixin(AssemblyMixin, StateMixin):
             stream.take, count, step=self.state.global_step, round_index=round_index, commit=not preview
         )
         if not preview:
-            self._skip_counts = self._skip_counts.plus(
-                SkipCounts(admission.skipped, admission.readmitted, admission.forced)
+            self._skip_counts = _added(
+                self._skip_counts, SkipCounts(admission.skipped, admission.readmitted, admission.forced)
             )
         return admission.admitted
 
@@ -372,7 +374,7 @@ class DynamicSamplingMixin(AssemblyMixin, StateMixin):
         """Add every process's round counts to the step's totals, and record how many groups each process kept."""
         local = torch.tensor([kept, *counts], device=self.accelerator.device)
         gathered = self.accelerator.gather(local).view(self.accelerator.num_processes, -1).cpu()
-        step.totals = step.totals.plus(GroupCounts(*(int(v) for v in gathered[:, 1:].sum(dim=0))))
+        step.totals = _added(step.totals, GroupCounts(*(int(v) for v in gathered[:, 1:].sum(dim=0))))
         step.kept_per_process = gathered[:, 0]
 
     def _next_round_groups(self, step: _Step, round_index: int) -> int | None:
