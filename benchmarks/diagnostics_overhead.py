@@ -32,7 +32,7 @@ from datasets import Dataset  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
 
 from trl_dapo_ext import DAPOConfig, DAPOTrainer  # noqa: E402
-from trl_dapo_ext.tiny import build_char_tokenizer, build_tiny_causal_lm  # noqa: E402
+from trl_dapo_ext.tiny import build_char_tokenizer, build_tiny_causal_lm, build_tiny_trainer, cpu_args  # noqa: E402
 
 
 def digit_reward(completions, **kwargs):
@@ -54,38 +54,25 @@ class StepClock(TrainerCallback):
 
 
 def run_trial(variant: str, steps: int, warmup: int, tokenizer, dataset) -> list[float]:
-    common = dict(
-        output_dir=tempfile.mkdtemp(),
-        use_cpu=True,
-        bf16=False,
-        gradient_checkpointing=False,
+    common = cpu_args(
+        tempfile.mkdtemp(),
         per_device_train_batch_size=16,
         num_generations=8,
         max_completion_length=32,
         max_steps=steps + warmup,
         learning_rate=1e-4,
         logging_steps=1,
-        report_to="none",
         save_strategy="no",
         seed=0,
         disable_tqdm=True,
     )
     if variant != "trl":
-        args = DAPOConfig(**common, diagnostics=variant == "diagnostics")
-        trainer_cls = DAPOTrainer
+        classes = dict(trainer_class=DAPOTrainer, config_class=DAPOConfig, diagnostics=variant == "diagnostics")
     else:
-        args = trl.GRPOConfig(**common)
-        trainer_cls = trl.GRPOTrainer
+        classes = dict(trainer_class=trl.GRPOTrainer, config_class=trl.GRPOConfig)
     model = build_tiny_causal_lm(tokenizer, hidden_size=64, num_layers=2, seed=0)
     clock = StepClock()
-    trainer = trainer_cls(
-        model=model,
-        reward_funcs=digit_reward,
-        args=args,
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        callbacks=[clock],
-    )
+    trainer = build_tiny_trainer(model, digit_reward, dataset, tokenizer, callbacks=[clock], **classes, **common)
     if variant == "diagnostics":  # time the diagnostics code itself, directly
         trainer._log_diagnostics = _timed(trainer._log_diagnostics, DIRECT)
     trainer.train()

@@ -9,12 +9,12 @@ rewards, DAPO Eq. 11). Every step needs ``--groups`` informative groups. Strateg
 * ``one-by-one``: OpenRLHF-style replacement: round 1 generates the batch, every later round exactly the missing
   number of prompts (no surplus, many rounds; no round limit besides 100).
 * ``1x + refill``: ``dynamic_sampling_oversample=1.0``: round 1 is the batch, later rounds ``plan_refill_groups``.
-* ``planner, pooled``: ``trl_dapo_ext.planner.RefillPlanner`` (defaults) with one retention estimate for every
+* ``planner, pooled``: ``trl_dapo_ext.dynamic_sampling.planner.RefillPlanner`` (defaults) with one retention estimate for every
   prompt (no use of the history): what strata add is the difference to the next row.
 * ``planner``: the trainer's default: the same planner, with prompts in strata by their history
   (``PromptHistory.stratum``: unseen, or a bucket of the retention predicted from the prompt's tally of right and
   wrong answers), so that a round's informative count is predicted from the prompts it actually holds.
-* ``planner+skip``: the planner plus ``trl_dapo_ext.history.PromptHistory`` skipping in the refill stream.
+* ``planner+skip``: the planner plus ``trl_dapo_ext.dynamic_sampling.history.PromptHistory`` skipping in the refill stream.
 * ``planner @c``: the planner at confidence ``c`` (``--sweep``): fewer second rounds for more surplus. The summary
   says per mix whether any confidence run meets all three planner targets at once.
 
@@ -23,7 +23,7 @@ clairvoyant sizing rule that knows every prompt's exact chance of being informat
 shortfall rate. No sizing rule that generates the prompts it is handed can discard less at that rate.
 
 Batch prompts come from a dataloader-like shuffled stream (one pass per epoch, cannot be skipped: TRL's dataloader
-hands them to the trainer); refill prompts from ``trl_dapo_ext.refill.RefillSampler``, as in the trainer.
+hands them to the trainer); refill prompts from ``trl_dapo_ext.dynamic_sampling.stream.RefillSampler``, as in the trainer.
 
     python benchmarks/rollout_efficiency.py [--steps 200] [--groups 32] [--generations 8] [--dataset 2048]
 
@@ -43,10 +43,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from trl_dapo_ext.filtering import plan_refill_groups
-from trl_dapo_ext.history import GroupOutcome, PromptHistory
-from trl_dapo_ext.planner import POOLED, RefillPlanner
-from trl_dapo_ext.refill import RefillSampler
+from trl_dapo_ext.core.groups import GroupOutcome
+from trl_dapo_ext.dynamic_sampling.history import PromptHistory
+from trl_dapo_ext.dynamic_sampling.planner import POOLED, RefillPlanner, plan_refill_groups
+from trl_dapo_ext.dynamic_sampling.stream import RefillSampler
 
 MAX_ROUNDS = 10  # veRL's max_num_gen_batches and our dynamic_sampling_max_rounds default
 VERL_FACTOR = 3  # veRL DAPO recipe: gen_batch_size = train_batch_size * 3

@@ -44,7 +44,8 @@ from trl_dapo_ext.cli.demo import (  # noqa: E402
     make_problems,
     warm_start,
 )
-from trl_dapo_ext.round_cost import RoundCostModel  # noqa: E402
+from trl_dapo_ext.dynamic_sampling.planner import RoundCostModel  # noqa: E402
+from trl_dapo_ext.metric_names import N  # noqa: E402
 
 VARIANTS = {
     "fixed 3x (veRL recipe)": dict(dynamic_sampling_oversample=3.0),
@@ -101,13 +102,13 @@ def main(argv: list[str] | None = None) -> None:
         )
         trainer.remove_callback(PrinterCallback)  # one line per step would bury the table
         trainer.train()
-        logs = [h for h in trainer.state.log_history if "dynamic_sampling/rounds" in h]
-        generated = sum(h["dynamic_sampling/generated_completions"] for h in logs)
-        retained = sum(h["dynamic_sampling/retained_groups"] for h in logs)
-        rounds = sum(h["dynamic_sampling/rounds"] for h in logs) / len(logs)
-        surplus = sum(h["dynamic_sampling/discarded_surplus_groups"] for h in logs) / len(logs)
-        seconds = sum(h["dynamic_sampling/generation_seconds"] for h in logs)
-        latency = logs[-1].get("dynamic_sampling/round_latency", float("nan"))
+        logs = [h for h in trainer.state.log_history if N.DYNAMIC_SAMPLING_ROUNDS in h]
+        generated = sum(h[N.DYNAMIC_SAMPLING_GENERATED_COMPLETIONS] for h in logs)
+        retained = sum(h[N.DYNAMIC_SAMPLING_RETAINED_GROUPS] for h in logs)
+        rounds = sum(h[N.DYNAMIC_SAMPLING_ROUNDS] for h in logs) / len(logs)
+        surplus = sum(h[N.DYNAMIC_SAMPLING_DISCARDED_SURPLUS_GROUPS] for h in logs) / len(logs)
+        seconds = sum(h[N.DYNAMIC_SAMPLING_GENERATION_SECONDS] for h in logs)
+        latency = logs[-1].get(N.DYNAMIC_SAMPLING_ROUND_LATENCY, float("nan"))
         latency_text = f"{latency:>8.1f}" if "measured" in name else f"{'':>8}"
         print(
             f"{name:<28} {generated / retained / 8:>20.2f}x {rounds:>12.2f} {surplus:>13.2f} "

@@ -17,11 +17,11 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 import torch  # noqa: E402
 import trl115_cpu_shim  # noqa: E402
-from helpers import grpo_kwargs  # noqa: E402
+from helpers import tiny_trainer  # noqa: E402
 from test_dynamic_sampling import BatchRecorder, KindReward, ds_logs, kinds_dataset  # noqa: E402
 from test_resume import RESUME, after_checkpoint, record_takes, steering_state, untimed  # noqa: E402
 
-from trl_dapo_ext import DAPOConfig, DAPOTrainer  # noqa: E402
+from trl_dapo_ext.metric_names import N  # noqa: E402
 from trl_dapo_ext.tiny import build_char_tokenizer, build_tiny_causal_lm  # noqa: E402
 
 
@@ -32,8 +32,7 @@ def resume(output_dir: str) -> dict:
 
     def trainer():
         model = build_tiny_causal_lm(tokenizer, hidden_size=32, num_layers=1, seed=2)
-        args = DAPOConfig(**grpo_kwargs(run_dir, dynamic_sampling=True, **RESUME))
-        return DAPOTrainer(model, KindReward(), args, dataset, processing_class=tokenizer)
+        return tiny_trainer(model, KindReward(), dataset, tokenizer, run_dir, dynamic_sampling=True, **RESUME)
 
     full = trainer()
     full_takes = record_takes(full)
@@ -52,26 +51,25 @@ def resume(output_dir: str) -> dict:
         "resumed_logs": after_checkpoint(resumed),
         "full_state": untimed(steering_state(full)),
         "resumed_state": untimed(steering_state(resumed)),
-        "skipped": sum(h["dynamic_sampling/skipped_prompts"] for h in ds_logs(full)),
+        "skipped": sum(h[N.DYNAMIC_SAMPLING_SKIPPED_PROMPTS] for h in ds_logs(full)),
     }
 
 
 def agree(output_dir: str) -> dict:
     tokenizer = build_char_tokenizer()
     model = build_tiny_causal_lm(tokenizer, hidden_size=32, num_layers=1, seed=2)
-    args = DAPOConfig(
-        **grpo_kwargs(
-            output_dir,
-            dynamic_sampling=True,
-            max_steps=3,
-            dynamic_sampling_oversample=1.5,
-            scale_rewards="batch",
-            gradient_accumulation_steps=2,
-        )
-    )
     dataset = kinds_dataset(["right", "wrong", "varying"], repeat=16)
-    trainer = DAPOTrainer(
-        model=model, reward_funcs=KindReward(), args=args, train_dataset=dataset, processing_class=tokenizer
+    trainer = tiny_trainer(
+        model,
+        KindReward(),
+        dataset,
+        tokenizer,
+        output_dir,
+        dynamic_sampling=True,
+        max_steps=3,
+        dynamic_sampling_oversample=1.5,
+        scale_rewards="batch",
+        gradient_accumulation_steps=2,
     )
     recorder = BatchRecorder(trainer)
     trainer.train()
@@ -85,7 +83,7 @@ def agree(output_dir: str) -> dict:
             sorted(set(t[0] for t in tokenizer.batch_decode(b["prompt_ids"], skip_special_tokens=True)))
             for b in recorder.batches
         ],
-        "logs": [h for h in trainer.state.log_history if "dynamic_sampling/rounds" in h],
+        "logs": [h for h in trainer.state.log_history if N.DYNAMIC_SAMPLING_ROUNDS in h],
         "global_step": trainer.state.global_step,
     }
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from trl_dapo_ext.tiny import build_tiny_trainer, cpu_args
+
 
 def digit_fraction_reward(completions, **kwargs):
     """A dense reward that varies within groups of random completions: share of digit characters."""
@@ -11,25 +13,28 @@ def digit_fraction_reward(completions, **kwargs):
 
 def grpo_kwargs(tmp_path, **overrides):
     """Config kwargs for a seconds-long CPU run that works with trl.GRPOConfig and DAPOConfig alike."""
-    kwargs = dict(
-        output_dir=str(tmp_path),
-        use_cpu=True,
-        bf16=False,
-        gradient_checkpointing=False,
-        per_device_train_batch_size=8,
-        num_generations=4,
-        max_completion_length=8,
-        max_steps=3,
-        learning_rate=5e-3,
-        logging_steps=1,
-        report_to="none",
-        save_strategy="no",
-        seed=7,
-        dataloader_num_workers=0,
-        disable_tqdm=True,
+    return cpu_args(
+        tmp_path,
+        **{
+            "per_device_train_batch_size": 8,
+            "num_generations": 4,
+            "max_completion_length": 8,
+            "max_steps": 3,
+            "learning_rate": 5e-3,
+            "logging_steps": 1,
+            "save_strategy": "no",
+            "seed": 7,
+            "disable_tqdm": True,
+            **overrides,
+        },
     )
-    kwargs.update(overrides)
-    return kwargs
+
+
+def tiny_trainer(model, reward_funcs, dataset, tokenizer, tmp_path, **overrides):
+    """A trainer for a seconds-long CPU run (`grpo_kwargs` plus ``overrides``); DAPOTrainer unless ``trainer_class``
+    and ``config_class`` say otherwise; trainer-only keywords (``callbacks``, ``rollout_func``) pass through."""
+    classes = {key: overrides.pop(key) for key in ("trainer_class", "config_class") if key in overrides}
+    return build_tiny_trainer(model, reward_funcs, dataset, tokenizer, **classes, **grpo_kwargs(tmp_path, **overrides))
 
 
 def add_eos_bias(model, eos_token_id: int, bias: float):

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from trl.trainer.utils import nanstd as trl_nanstd
 
-from trl_dapo_ext.advantages import combine_rewards, group_advantages, nan_std
+from trl_dapo_ext.core.advantages import combine_rewards, group_advantages, nan_std
 
 NAN = float("nan")
 

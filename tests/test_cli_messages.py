@@ -16,16 +16,16 @@ import pytest
 import torch
 import yaml
 from datasets import Dataset
-from helpers import constant_reward, grpo_kwargs
+from helpers import constant_reward, tiny_trainer
 
 from reward_funcs import code_reward, make_code_reward, math_reward
 from reward_funcs._columns import MissingColumnError
-from trl_dapo_ext import DAPOConfig, DAPOTrainer
+from trl_dapo_ext import DAPOTrainer, DynamicSamplingExhausted, RewardFunctionError
 from trl_dapo_ext.cli import demo as demo_cli
 from trl_dapo_ext.cli import main as cli_main
 from trl_dapo_ext.cli import train as train_cli
-from trl_dapo_ext.tiny import build_char_tokenizer, build_tiny_causal_lm
-from trl_dapo_ext.trainer import DynamicSamplingExhausted, RewardFunctionError
+from trl_dapo_ext.metric_names import N
+from trl_dapo_ext.tiny import save_tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU = ["--use_cpu", "true", "--bf16", "false", "--use_vllm", "false", "--gradient_checkpointing", "false"]
@@ -34,12 +34,7 @@ SHORT = ["--max_completion_length", "8"]  # the tiny models have a context of 64
 
 @pytest.fixture
 def tiny_model_dir(tmp_path):
-    tokenizer = build_char_tokenizer()
-    model = build_tiny_causal_lm(tokenizer, hidden_size=32, num_layers=1, max_positions=64)
-    path = tmp_path / "tiny-model"
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    return save_tiny_model(tmp_path / "tiny-model", max_positions=64)
 
 
 def _jsonl(path: Path, rows: list[dict]) -> Path:
@@ -224,14 +219,8 @@ def _nan_reward(completions, **kwargs):
 
 def _ds_trainer(make_model, tokenizer, tmp_path, reward, **overrides):
     dataset = Dataset.from_dict({"prompt": [f"{i}+1=" for i in range(24)]})
-    kwargs = grpo_kwargs(tmp_path, dynamic_sampling=True, dynamic_sampling_max_rounds=2, max_steps=2, **overrides)
-    return DAPOTrainer(
-        model=make_model(seed=2),
-        reward_funcs=reward,
-        args=DAPOConfig(**kwargs),
-        train_dataset=dataset,
-        processing_class=tokenizer,
-    )
+    overrides = {"dynamic_sampling": True, "dynamic_sampling_max_rounds": 2, "max_steps": 2, **overrides}
+    return tiny_trainer(make_model(seed=2), reward, dataset, tokenizer, tmp_path, **overrides)
 
 
 @pytest.mark.trainer
@@ -266,16 +255,16 @@ def test_zero_variance_split_adds_up_and_an_empty_batch_logs_no_entropy(make_mod
     trainer = _ds_trainer(make_model, tokenizer, tmp_path, constant_reward, dynamic_sampling_on_exhausted="fill")
     with pytest.warns(UserWarning, match="masked out of the loss"):
         trainer.train()
-    logs = [h for h in trainer.state.log_history if "dynamic_sampling/rounds" in h]
+    logs = [h for h in trainer.state.log_history if N.DYNAMIC_SAMPLING_ROUNDS in h]
     assert len(logs) == 2
     for entry in logs:
         split = [
             entry[f"dynamic_sampling/{k}"] for k in ("all_max_groups", "all_min_groups", "other_zero_variance_groups")
         ]
         assert (
-            sum(split) == entry["dynamic_sampling/zero_variance_groups"] == entry["dynamic_sampling/attempted_groups"]
+            sum(split) == entry[N.DYNAMIC_SAMPLING_ZERO_VARIANCE_GROUPS] == entry[N.DYNAMIC_SAMPLING_ATTEMPTED_GROUPS]
         )
-        assert entry["dynamic_sampling/filled_groups"] == 2
+        assert entry[N.DYNAMIC_SAMPLING_FILLED_GROUPS] == 2
         assert entry.get("entropy") is None  # not 0.0: there was no token to measure it on
         assert entry.get("clip_ratio/region_mean") is None
 
@@ -396,12 +385,12 @@ def test_quick_demo_says_what_a_smoke_run_can_and_cannot_show(monkeypatch, capsy
 
 def _synthetic_report_history(steps: int = 6) -> list[dict]:
     keys = [
-        "reward", "reward_std", "length/task_accuracy", "groups/pass@1", "groups/pass@k", "groups/frac_mixed",
-        "groups/frac_all_max", "groups/frac_all_min", "frac_reward_zero_std", "dynamic_sampling/attempted_groups",
-        "dynamic_sampling/retained_groups", "dynamic_sampling/filled_groups", "dynamic_sampling/all_max_groups",
-        "dynamic_sampling/all_min_groups", "dynamic_sampling/other_zero_variance_groups",
-        "dynamic_sampling/discarded_surplus_groups", "dynamic_sampling/generated_completions", "entropy",
-        "clip_ratio/region_mean", "loss", "grad_norm", "completions/mean_length", "length/truncated_frac",
+        "reward", "reward_std", N.LENGTH_TASK_ACCURACY, N.GROUPS_PASS_AT_1, N.GROUPS_PASS_AT_K, N.GROUPS_FRAC_MIXED,
+        N.GROUPS_FRAC_ALL_MAX, N.GROUPS_FRAC_ALL_MIN, "frac_reward_zero_std", N.DYNAMIC_SAMPLING_ATTEMPTED_GROUPS,
+        N.DYNAMIC_SAMPLING_RETAINED_GROUPS, N.DYNAMIC_SAMPLING_FILLED_GROUPS, N.DYNAMIC_SAMPLING_ALL_MAX_GROUPS,
+        N.DYNAMIC_SAMPLING_ALL_MIN_GROUPS, N.DYNAMIC_SAMPLING_OTHER_ZERO_VARIANCE_GROUPS,
+        N.DYNAMIC_SAMPLING_DISCARDED_SURPLUS_GROUPS, N.DYNAMIC_SAMPLING_GENERATED_COMPLETIONS, "entropy",
+        "clip_ratio/region_mean", "loss", "grad_norm", "completions/mean_length", N.LENGTH_TRUNCATED_FRAC,
     ]  # fmt: skip
     return [{"step": s, **{k: 0.5 + 0.01 * s * (i % 5) for i, k in enumerate(keys)}} for s in range(1, steps + 1)]
 
@@ -438,7 +427,7 @@ def test_main_turns_a_stray_ctrl_c_into_status_130(monkeypatch, capsys):
 
 
 def test_entropy_blanking_only_touches_values_of_the_empty_batch():
-    from trl_dapo_ext.diagnostics import blank_token_means
+    from trl_dapo_ext.core.metrics import blank_token_means
 
     logged = {"entropy": [1.0, 0.0], "clip_ratio/high_mean": [0.0], "policy_loss": [0.1]}
     blank_token_means(logged, {"entropy": 1, "clip_ratio/high_mean": 0})

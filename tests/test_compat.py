@@ -5,10 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 import trl
-from helpers import digit_fraction_reward, grpo_kwargs
+from helpers import digit_fraction_reward, tiny_trainer
 from trl import GRPOTrainer
 
-from trl_dapo_ext import DAPOConfig, DAPOTrainer, compat
+from trl_dapo_ext import compat
+
+TRL_CLASSES = {"trainer_class": GRPOTrainer, "config_class": trl.GRPOConfig}  # plain TRL, for comparison
 
 pytestmark = pytest.mark.trainer
 
@@ -20,13 +22,7 @@ def test_installed_trl_has_every_pinned_method():
 
 
 def test_constructed_trainer_has_every_pinned_attribute(make_model, tokenizer, prompt_dataset, tmp_path):
-    trainer = DAPOTrainer(
-        model=make_model(),
-        reward_funcs=digit_fraction_reward,
-        args=DAPOConfig(**grpo_kwargs(tmp_path)),
-        train_dataset=prompt_dataset,
-        processing_class=tokenizer,
-    )
+    trainer = tiny_trainer(make_model(), digit_fraction_reward, prompt_dataset, tokenizer, tmp_path)
     compat.check_private_attributes(trainer)
 
 
@@ -83,13 +79,7 @@ def _private_names_used_by_the_package() -> set[str]:
 
 
 def test_every_private_trainer_name_the_package_touches_is_listed(make_model, tokenizer, prompt_dataset, tmp_path):
-    trl_trainer = GRPOTrainer(
-        model=make_model(),
-        reward_funcs=digit_fraction_reward,
-        args=trl.GRPOConfig(**grpo_kwargs(tmp_path)),
-        train_dataset=prompt_dataset,
-        processing_class=tokenizer,
-    )
+    trl_trainer = tiny_trainer(make_model(), digit_fraction_reward, prompt_dataset, tokenizer, tmp_path, **TRL_CLASSES)
     trl_private = {name for name in dir(trl_trainer) if name.startswith("_") and not name.startswith("__")}
     touched = _private_names_used_by_the_package() & trl_private
     listed = {*compat.PRIVATE_METHODS, *compat.PRIVATE_ATTRIBUTES, *compat.PRIVATE_CLASS_ATTRIBUTES}
@@ -138,13 +128,7 @@ def test_progress_bar_attribute_is_checked():
 def test_log_buffers_are_checked(make_model, tokenizer, prompt_dataset, tmp_path):
     from collections import defaultdict, deque
 
-    trainer = DAPOTrainer(
-        model=make_model(),
-        reward_funcs=digit_fraction_reward,
-        args=DAPOConfig(**grpo_kwargs(tmp_path)),
-        train_dataset=prompt_dataset,
-        processing_class=tokenizer,
-    )
+    trainer = tiny_trainer(make_model(), digit_fraction_reward, prompt_dataset, tokenizer, tmp_path)
     compat.check_log_buffers(trainer)
 
     class Reshaped:
@@ -166,15 +150,11 @@ def test_trl_pads_the_batch_as_batch_py_assumes(make_model, tokenizer, prompt_da
     """Prompt keys are left-padded and completion keys right-padded with the values `batch.py` uses to re-pad."""
     from helpers import add_eos_bias
 
-    from trl_dapo_ext.batch import COMPLETION_KEYS, PROMPT_KEYS
+    from trl_dapo_ext.dynamic_sampling.assembly import COMPLETION_KEYS, PROMPT_KEYS
 
     model = add_eos_bias(make_model(), tokenizer.eos_token_id, 3.0)  # completions of different lengths
-    trainer = GRPOTrainer(
-        model=model,
-        reward_funcs=digit_fraction_reward,
-        args=trl.GRPOConfig(**grpo_kwargs(tmp_path, max_completion_length=12)),
-        train_dataset=prompt_dataset,
-        processing_class=tokenizer,
+    trainer = tiny_trainer(
+        model, digit_fraction_reward, prompt_dataset, tokenizer, tmp_path, max_completion_length=12, **TRL_CLASSES
     )
     trainer.model.train()
     prompts = ["1+1=", "12345+67890="]

@@ -8,7 +8,8 @@ import pytest
 import trl
 from trl import TrlParser
 
-from trl_dapo_ext import DAPOConfig, as_dapo_config
+from trl_dapo_ext import DAPOConfig
+from trl_dapo_ext.config import as_dapo_config
 
 pytestmark = pytest.mark.trainer  # depends on TRL's config dataclass: re-run against every supported release
 

@@ -12,25 +12,22 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trl_dapo_ext import diagnostics
-from trl_dapo_ext.advantages import group_advantages
-from trl_dapo_ext.diagnostics import (
-    ALL_MAX,
-    ALL_MIN,
-    MIXED,
-    UNSCORABLE,
+from trl_dapo_ext.core import metrics as diagnostics
+from trl_dapo_ext.core.advantages import group_advantages
+from trl_dapo_ext.core.groups import ALL_MAX, ALL_MIN, MIXED, UNSCORABLE, success_outcomes
+from trl_dapo_ext.core.metrics import (
     StepTimer,
     allocated_memory_gb,
     generation_cost,
     group_metrics,
-    group_outcomes,
     length_metrics,
     pass_at_k,
     peak_memory_gb,
     time_split,
     token_metrics,
 )
-from trl_dapo_ext.overlong import overlong_penalty
+from trl_dapo_ext.core.overlong import overlong_penalty
+from trl_dapo_ext.metric_names import N
 
 NAN = float("nan")
 
@@ -42,7 +39,7 @@ def _t(*values):
 # ------------------------------------------------------------------------------------------------ group outcomes
 
 
-def test_group_outcomes_known_groups():
+def test_success_outcomes_known_groups():
     rewards = _t(
         *[1, 1, 1],  # all correct
         *[0, 0, 0],  # all wrong
@@ -53,7 +50,7 @@ def test_group_outcomes_known_groups():
         *[NAN, NAN, NAN],  # nothing to judge
         *[0.2, 0.7, NAN],  # contrast among the scorable ones
     )
-    assert group_outcomes(rewards, 3).tolist() == [
+    assert success_outcomes(rewards, 3).tolist() == [
         ALL_MAX,
         ALL_MIN,
         MIXED,
@@ -65,13 +62,13 @@ def test_group_outcomes_known_groups():
     ]
 
 
-def test_group_outcomes_threshold_and_tolerance():
+def test_success_outcomes_threshold_and_tolerance():
     rewards = _t(0.5, 0.5, 0.8, 0.8005)
-    assert group_outcomes(rewards, 2).tolist() == [ALL_MIN, MIXED]
-    assert group_outcomes(rewards, 2, success_threshold=0.5).tolist() == [ALL_MAX, MIXED]
-    assert group_outcomes(rewards, 2, success_threshold=0.5, tol=1e-3).tolist() == [ALL_MAX, ALL_MAX]
-    assert group_outcomes(rewards, 2, success_threshold=0.9, tol=1e-3).tolist() == [ALL_MIN, ALL_MIN]
-    assert group_outcomes(rewards, 2, tol=0.0).tolist() == [ALL_MIN, MIXED]  # a constant group never has contrast
+    assert success_outcomes(rewards, 2).tolist() == [ALL_MIN, MIXED]
+    assert success_outcomes(rewards, 2, success_threshold=0.5).tolist() == [ALL_MAX, MIXED]
+    assert success_outcomes(rewards, 2, success_threshold=0.5, tol=1e-3).tolist() == [ALL_MAX, ALL_MAX]
+    assert success_outcomes(rewards, 2, success_threshold=0.9, tol=1e-3).tolist() == [ALL_MIN, ALL_MIN]
+    assert success_outcomes(rewards, 2, tol=0.0).tolist() == [ALL_MIN, MIXED]  # a constant group never has contrast
 
 
 @settings(max_examples=60, deadline=None)
@@ -82,7 +79,7 @@ def test_mixed_exactly_where_grpo_gives_an_advantage(values, num_generations):
     if not values:
         return
     rewards = torch.tensor(values, dtype=torch.float32)
-    outcome = group_outcomes(rewards, num_generations)
+    outcome = success_outcomes(rewards, num_generations)
     advantages = group_advantages(rewards, num_generations).view(-1, num_generations)
     assert ((outcome == MIXED) == (advantages != 0).any(dim=1)).all()
 
@@ -98,34 +95,34 @@ def test_group_metrics_known_values():
         *[1, 1, 0, 0],
     )
     m = group_metrics(rewards, 4)
-    assert m["groups/frac_all_max"] == 0.25
-    assert m["groups/frac_all_min"] == 0.25
-    assert m["groups/frac_mixed"] == 0.5
+    assert m[N.GROUPS_FRAC_ALL_MAX] == 0.25
+    assert m[N.GROUPS_FRAC_ALL_MIN] == 0.25
+    assert m[N.GROUPS_FRAC_MIXED] == 0.5
     # Sample std: 0, 0, sqrt(0.75 * 4/3 / 4)... computed directly: [1,0,0,0] -> sqrt(0.25), [1,1,0,0] -> sqrt(1/3).
     stds = sorted([0.0, 0.0, 0.5, math.sqrt(1 / 3)])
-    assert m["groups/reward_std_mean"] == pytest.approx(sum(stds) / 4)
-    assert m["groups/reward_std_p50"] == pytest.approx((stds[1] + stds[2]) / 2)  # linear interpolation
-    assert m["groups/reward_std_p10"] == pytest.approx(0.0)
-    assert m["groups/reward_std_p90"] == pytest.approx(stds[2] + 0.7 * (stds[3] - stds[2]))
-    assert m["groups/pass@1"] == pytest.approx((1 + 0 + 0.25 + 0.5) / 4)
-    assert m["groups/pass@k"] == pytest.approx(0.75)  # k = G = 4: a group passes iff it has any correct sample
+    assert m[N.GROUPS_REWARD_STD_MEAN] == pytest.approx(sum(stds) / 4)
+    assert m[N.GROUPS_REWARD_STD_P50] == pytest.approx((stds[1] + stds[2]) / 2)  # linear interpolation
+    assert m[N.GROUPS_REWARD_STD_P10] == pytest.approx(0.0)
+    assert m[N.GROUPS_REWARD_STD_P90] == pytest.approx(stds[2] + 0.7 * (stds[3] - stds[2]))
+    assert m[N.GROUPS_PASS_AT_1] == pytest.approx((1 + 0 + 0.25 + 0.5) / 4)
+    assert m[N.GROUPS_PASS_AT_K] == pytest.approx(0.75)  # k = G = 4: a group passes iff it has any correct sample
     assert set(m) == {
-        "groups/frac_all_max",
-        "groups/frac_all_min",
-        "groups/frac_mixed",
-        "groups/reward_std_mean",
-        "groups/reward_std_p10",
-        "groups/reward_std_p50",
-        "groups/reward_std_p90",
-        "groups/pass@1",
-        "groups/pass@k",
+        N.GROUPS_FRAC_ALL_MAX,
+        N.GROUPS_FRAC_ALL_MIN,
+        N.GROUPS_FRAC_MIXED,
+        N.GROUPS_REWARD_STD_MEAN,
+        N.GROUPS_REWARD_STD_P10,
+        N.GROUPS_REWARD_STD_P50,
+        N.GROUPS_REWARD_STD_P90,
+        N.GROUPS_PASS_AT_1,
+        N.GROUPS_PASS_AT_K,
     }
 
 
 def test_group_metrics_population_std_and_custom_k():
     m = group_metrics(_t(1, 1, 0, 0), 4, std="population", k=2)
-    assert m["groups/reward_std_mean"] == pytest.approx(0.5)
-    assert m["groups/pass@k"] == pytest.approx(1 - math.comb(2, 2) / math.comb(4, 2))
+    assert m[N.GROUPS_REWARD_STD_MEAN] == pytest.approx(0.5)
+    assert m[N.GROUPS_PASS_AT_K] == pytest.approx(1 - math.comb(2, 2) / math.comb(4, 2))
 
 
 def test_group_metrics_nan_members_and_unscorable_groups():
@@ -135,14 +132,14 @@ def test_group_metrics_nan_members_and_unscorable_groups():
         *[NAN, 1, NAN],  # 1 scorable: no spread, all correct; too few samples for pass@3
     )
     m = group_metrics(rewards, 3)
-    assert m["groups/frac_all_max"] == 0.5
-    assert m["groups/frac_mixed"] == 0.5
-    assert m["groups/frac_all_min"] == 0.0
-    assert m["groups/reward_std_mean"] == pytest.approx(math.sqrt(0.5) / 2)
-    assert m["groups/pass@1"] == pytest.approx((0.5 + 1.0) / 2)
+    assert m[N.GROUPS_FRAC_ALL_MAX] == 0.5
+    assert m[N.GROUPS_FRAC_MIXED] == 0.5
+    assert m[N.GROUPS_FRAC_ALL_MIN] == 0.0
+    assert m[N.GROUPS_REWARD_STD_MEAN] == pytest.approx(math.sqrt(0.5) / 2)
+    assert m[N.GROUPS_PASS_AT_1] == pytest.approx((0.5 + 1.0) / 2)
     # k = 3 > scorable samples in every group: pass@k is undefined, logged as NaN (TRL's log() drops it).
-    assert math.isnan(m["groups/pass@k"])
-    assert group_metrics(rewards, 3, k=2)["groups/pass@k"] == pytest.approx(1.0)
+    assert math.isnan(m[N.GROUPS_PASS_AT_K])
+    assert group_metrics(rewards, 3, k=2)[N.GROUPS_PASS_AT_K] == pytest.approx(1.0)
 
 
 def test_group_metrics_all_unscorable_is_nan():
@@ -152,11 +149,11 @@ def test_group_metrics_all_unscorable_is_nan():
 
 def test_group_metrics_single_generation_groups():
     m = group_metrics(_t(1, 0, 1, 0.5), 1, k=1)
-    assert m["groups/frac_mixed"] == 0.0  # one sample per prompt has no within-group contrast
-    assert m["groups/frac_all_max"] == 0.5
-    assert m["groups/frac_all_min"] == 0.5
-    assert m["groups/reward_std_mean"] == 0.0
-    assert m["groups/pass@1"] == m["groups/pass@k"] == 0.5
+    assert m[N.GROUPS_FRAC_MIXED] == 0.0  # one sample per prompt has no within-group contrast
+    assert m[N.GROUPS_FRAC_ALL_MAX] == 0.5
+    assert m[N.GROUPS_FRAC_ALL_MIN] == 0.5
+    assert m[N.GROUPS_REWARD_STD_MEAN] == 0.0
+    assert m[N.GROUPS_PASS_AT_1] == m[N.GROUPS_PASS_AT_K] == 0.5
 
 
 @pytest.mark.parametrize(
@@ -224,7 +221,7 @@ def test_group_pass_at_k_matches_brute_force_per_group(groups):
         if len(scorable) >= 2:
             expected_2.append(_brute_force_pass_at_k(len(scorable), int(sum(scorable)), 2))
     m = group_metrics(rewards, 4, k=2)
-    for key, expected in (("groups/pass@1", expected_1), ("groups/pass@k", expected_2)):
+    for key, expected in ((N.GROUPS_PASS_AT_1, expected_1), (N.GROUPS_PASS_AT_K, expected_2)):
         if expected:
             assert m[key] == pytest.approx(sum(expected) / len(expected))
         else:
@@ -241,27 +238,27 @@ def test_length_metrics_known_values():
     rewards = _t(1, 0, 1, NAN, 1, 0)
     penalty = overlong_penalty(lengths, max_length=10, buffer_length=4)
     m = length_metrics(lengths, truncated, task_rewards=rewards, penalty=penalty, max_length=10, buffer_length=4)
-    assert m["length/truncated_frac"] == pytest.approx(1 / 6)
-    assert m["length/in_buffer_frac"] == pytest.approx(4 / 6)  # 6 is the last free length; 10 is inside
-    assert m["length/task_accuracy"] == pytest.approx(3 / 5)  # the NaN row is not scorable
-    assert m["length/overlong_penalty_mean"] == pytest.approx((0 + 0 - 0.25 - 0.75 - 1 - 1) / 6)
-    assert m["length/shaped_reward_mean"] == pytest.approx((1 + 0 + 0.75 + 0 - 1) / 5)
+    assert m[N.LENGTH_TRUNCATED_FRAC] == pytest.approx(1 / 6)
+    assert m[N.LENGTH_IN_BUFFER_FRAC] == pytest.approx(4 / 6)  # 6 is the last free length; 10 is inside
+    assert m[N.LENGTH_TASK_ACCURACY] == pytest.approx(3 / 5)  # the NaN row is not scorable
+    assert m[N.LENGTH_OVERLONG_PENALTY_MEAN] == pytest.approx((0 + 0 - 0.25 - 0.75 - 1 - 1) / 6)
+    assert m[N.LENGTH_SHAPED_REWARD_MEAN] == pytest.approx((1 + 0 + 0.75 + 0 - 1) / 5)
 
 
 def test_length_metrics_leaves_out_what_does_not_apply():
     m = length_metrics(torch.tensor([3, 8]), torch.tensor([False, True]))
-    assert m == {"length/truncated_frac": 0.5}
+    assert m == {N.LENGTH_TRUNCATED_FRAC: 0.5}
     m = length_metrics(torch.tensor([3, 8]), torch.tensor([False, True]), task_rewards=_t(1, 0))
-    assert set(m) == {"length/truncated_frac", "length/task_accuracy"}
+    assert set(m) == {N.LENGTH_TRUNCATED_FRAC, N.LENGTH_TASK_ACCURACY}
 
 
 def test_length_metrics_threshold_and_all_unscorable():
     m = length_metrics(
         torch.tensor([3, 8]), torch.tensor([False, False]), task_rewards=_t(0.7, 0.2), success_threshold=0.5
     )
-    assert m["length/task_accuracy"] == 0.5
+    assert m[N.LENGTH_TASK_ACCURACY] == 0.5
     m = length_metrics(torch.tensor([3]), torch.tensor([False]), task_rewards=_t(NAN), penalty=_t(0.0))
-    assert math.isnan(m["length/task_accuracy"]) and math.isnan(m["length/shaped_reward_mean"])
+    assert math.isnan(m[N.LENGTH_TASK_ACCURACY]) and math.isnan(m[N.LENGTH_SHAPED_REWARD_MEAN])
 
 
 @settings(max_examples=60, deadline=None)
@@ -273,7 +270,7 @@ def test_in_buffer_frac_agrees_with_the_penalty_zone(lengths, buffer_length):
     penalty = overlong_penalty(lengths, max_length, buffer_length)
     m = length_metrics(lengths, lengths >= max_length, max_length=max_length, buffer_length=buffer_length)
     expected = ((penalty < 0) & (lengths <= max_length)).float().mean().item()
-    assert m["length/in_buffer_frac"] == pytest.approx(expected)
+    assert m[N.LENGTH_IN_BUFFER_FRAC] == pytest.approx(expected)
 
 
 def test_length_metrics_rejects_bad_input():
@@ -291,14 +288,14 @@ def test_token_metrics_known_values():
     completion = torch.tensor([[1, 1, 1, 1], [1, 0, 0, 0]])  # 3 pads
     loss = torch.tensor([[0, 0, 0, 0], [1, 0, 0, 0]])  # first row truncated and masked
     m = token_metrics(prompt, completion, loss)
-    assert m == {"cost/useful_token_frac": pytest.approx(1 / 14), "cost/padded_token_frac": pytest.approx(5 / 14)}
-    assert token_metrics(prompt, completion)["cost/useful_token_frac"] == pytest.approx(5 / 14)
+    assert m == {N.COST_USEFUL_TOKEN_FRAC: pytest.approx(1 / 14), N.COST_PADDED_TOKEN_FRAC: pytest.approx(5 / 14)}
+    assert token_metrics(prompt, completion)[N.COST_USEFUL_TOKEN_FRAC] == pytest.approx(5 / 14)
 
 
 def test_token_metrics_loss_outside_real_tokens_is_not_useful():
     completion = torch.tensor([[1, 0]])
     m = token_metrics(torch.ones(1, 1), completion, loss_mask=torch.tensor([[1, 1]]))
-    assert m["cost/useful_token_frac"] == pytest.approx(1 / 3)
+    assert m[N.COST_USEFUL_TOKEN_FRAC] == pytest.approx(1 / 3)
 
 
 def test_token_metrics_rejects_mismatched_shapes():
@@ -309,8 +306,8 @@ def test_token_metrics_rejects_mismatched_shapes():
 
 
 def test_generation_cost():
-    assert generation_cost(1200, 3) == {"cost/generated_tokens_per_retained_group": 400.0}
-    assert math.isnan(generation_cost(1200, 0)["cost/generated_tokens_per_retained_group"])
+    assert generation_cost(1200, 3) == {N.COST_GENERATED_TOKENS_PER_RETAINED_GROUP: 400.0}
+    assert math.isnan(generation_cost(1200, 0)[N.COST_GENERATED_TOKENS_PER_RETAINED_GROUP])
     with pytest.raises(ValueError):
         generation_cost(-1, 2)
 
@@ -335,15 +332,15 @@ def test_memory_readings_never_reset_the_cuda_counter(monkeypatch):
 
 def test_time_split_known_values():
     m = time_split({"generation": 5.0, "reward": 1.0, "update": 3.0}, 10.0)
-    assert m["time/other_s"] == pytest.approx(1.0)
-    assert m["time/generation_frac"] == pytest.approx(0.5)
+    assert m[N.TIME_OTHER_S] == pytest.approx(1.0)
+    assert m[N.TIME_GENERATION_FRAC] == pytest.approx(0.5)
     fractions = [v for k, v in m.items() if k.endswith("_frac")]
     assert sum(fractions) == pytest.approx(1.0)
 
 
 def test_time_split_edges():
-    assert time_split({"generation": 2.0}, 1.9)["time/other_s"] == 0.0  # never negative
-    assert time_split({"generation": 0.0}, 0.0) == {"time/generation_s": 0.0, "time/other_s": 0.0}
+    assert time_split({"generation": 2.0}, 1.9)[N.TIME_OTHER_S] == 0.0  # never negative
+    assert time_split({"generation": 0.0}, 0.0) == {N.TIME_GENERATION_S: 0.0, N.TIME_OTHER_S: 0.0}
     with pytest.raises(ValueError):
         time_split({"other": 1.0}, 2.0)
 
@@ -373,22 +370,22 @@ def test_step_timer_charges_the_innermost_section():
     with timer.section("generation"):  # sections accumulate
         clock.advance(1.0)
     m = timer.metrics()
-    assert m["time/generation_s"] == 6.0
-    assert m["time/reward_s"] == 2.0
-    assert m["time/update_s"] == 3.0
-    assert m["time/other_s"] == 1.0
-    assert m["time/generation_frac"] == pytest.approx(0.5)
+    assert m[N.TIME_GENERATION_S] == 6.0
+    assert m[N.TIME_REWARD_S] == 2.0
+    assert m[N.TIME_UPDATE_S] == 3.0
+    assert m[N.TIME_OTHER_S] == 1.0
+    assert m[N.TIME_GENERATION_FRAC] == pytest.approx(0.5)
     # metrics() reset the timer.
     clock.advance(2.0)
     assert timer.metrics() == {
-        "time/generation_s": 0.0,
-        "time/reward_s": 0.0,
-        "time/update_s": 0.0,
-        "time/other_s": 2.0,
-        "time/generation_frac": 0.0,
-        "time/reward_frac": 0.0,
-        "time/update_frac": 0.0,
-        "time/other_frac": 1.0,
+        N.TIME_GENERATION_S: 0.0,
+        N.TIME_REWARD_S: 0.0,
+        N.TIME_UPDATE_S: 0.0,
+        N.TIME_OTHER_S: 2.0,
+        N.TIME_GENERATION_FRAC: 0.0,
+        N.TIME_REWARD_FRAC: 0.0,
+        N.TIME_UPDATE_FRAC: 0.0,
+        N.TIME_OTHER_FRAC: 1.0,
     }
 
 
@@ -398,7 +395,7 @@ def test_step_timer_counts_a_section_that_raised_and_rejects_open_sections():
     with pytest.raises(KeyError), timer.section("reward"):
         clock.advance(2.0)
         raise KeyError("verifier crashed")
-    assert timer.metrics(reset=False)["time/reward_s"] == 2.0
+    assert timer.metrics(reset=False)[N.TIME_REWARD_S] == 2.0
     with timer.section("update"), pytest.raises(RuntimeError, match="open"):
         timer.metrics()
 
@@ -414,4 +411,13 @@ def test_diagnostics_imports_only_torch_and_the_pure_modules():
             imported.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             imported.add("." * node.level + (node.module or "").split(".")[0])
-    assert imported <= {"__future__", "time", "collections", "contextlib", "torch", ".advantages"}, imported
+    assert imported <= {
+        "__future__",
+        "time",
+        "collections",
+        "contextlib",
+        "torch",
+        ".advantages",
+        ".groups",
+        "..metric_names",
+    }, imported

@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+from trl_dapo_ext.metric_names import N
+
 pytestmark = pytest.mark.trainer
 
 
@@ -66,7 +68,7 @@ def test_two_processes_agree(tmp_path):
     totals = [a + b for a, b in zip(reports[0]["local_loss_tokens"], reports[1]["local_loss_tokens"])]
     assert reports[0]["num_items_in_batch"] == totals
     for log in reports[0]["logs"]:
-        assert log["dynamic_sampling/retained_groups"] == 8  # 4 groups per rank, 2 ranks
+        assert log[N.DYNAMIC_SAMPLING_RETAINED_GROUPS] == 8  # 4 groups per rank, 2 ranks
 
 
 def test_two_processes_resume_exactly(tmp_path):

@@ -9,15 +9,12 @@ import os
 import pytest
 import torch
 from datasets import Dataset, IterableDataset
-from helpers import grpo_kwargs
+from helpers import grpo_kwargs, tiny_trainer
 
-from trl_dapo_ext import DAPOConfig, DAPOTrainer
-from trl_dapo_ext.trainer import (
-    PROMPT_INDEX_COLUMN,
-    REFILL_STATE_FILE,
-    DynamicSamplingExhausted,
-    RewardFunctionError,
-)
+from trl_dapo_ext import DAPOConfig, DynamicSamplingExhausted, RewardFunctionError
+from trl_dapo_ext.dynamic_sampling.rounds import PROMPT_INDEX_COLUMN
+from trl_dapo_ext.dynamic_sampling.state import REFILL_STATE_FILE
+from trl_dapo_ext.metric_names import N
 
 pytestmark = pytest.mark.trainer
 
@@ -64,14 +61,7 @@ class BatchRecorder:
 def build(make_model, tokenizer, tmp_path, dataset, reward=None, model=None, **overrides):
     overrides.setdefault("dynamic_sampling", True)
     reward = reward or KindReward()
-    args = DAPOConfig(**grpo_kwargs(tmp_path, **overrides))
-    trainer = DAPOTrainer(
-        model=model or make_model(seed=2),
-        reward_funcs=reward,
-        args=args,
-        train_dataset=dataset,
-        processing_class=tokenizer,
-    )
+    trainer = tiny_trainer(model or make_model(seed=2), reward, dataset, tokenizer, tmp_path, **overrides)
     return trainer, reward, BatchRecorder(trainer)
 
 
@@ -81,7 +71,7 @@ def prompt_kinds(batch, tokenizer) -> list[str]:
 
 
 def ds_logs(trainer) -> list[dict]:
-    return [h for h in trainer.state.log_history if "dynamic_sampling/rounds" in h]
+    return [h for h in trainer.state.log_history if N.DYNAMIC_SAMPLING_ROUNDS in h]
 
 
 def test_only_informative_groups_are_trained(make_model, tokenizer, tmp_path):
@@ -101,24 +91,24 @@ def test_only_informative_groups_are_trained(make_model, tokenizer, tmp_path):
     attempted_kinds = [kind for call in reward.calls for kind in call[::G]]
     logs = ds_logs(trainer)
     assert len(logs) == 3
-    assert sum(h["dynamic_sampling/attempted_groups"] for h in logs) == len(attempted_kinds)
-    assert sum(h["dynamic_sampling/all_max_groups"] for h in logs) == attempted_kinds.count("right")
-    assert sum(h["dynamic_sampling/all_min_groups"] for h in logs) == attempted_kinds.count("wrong")
+    assert sum(h[N.DYNAMIC_SAMPLING_ATTEMPTED_GROUPS] for h in logs) == len(attempted_kinds)
+    assert sum(h[N.DYNAMIC_SAMPLING_ALL_MAX_GROUPS] for h in logs) == attempted_kinds.count("right")
+    assert sum(h[N.DYNAMIC_SAMPLING_ALL_MIN_GROUPS] for h in logs) == attempted_kinds.count("wrong")
     for h in logs:
-        assert h["dynamic_sampling/retained_groups"] == 2
-        assert h["dynamic_sampling/attempted_groups"] == (
-            h["dynamic_sampling/retained_groups"]
-            + h["dynamic_sampling/discarded_surplus_groups"]
-            + h["dynamic_sampling/zero_variance_groups"]
+        assert h[N.DYNAMIC_SAMPLING_RETAINED_GROUPS] == 2
+        assert h[N.DYNAMIC_SAMPLING_ATTEMPTED_GROUPS] == (
+            h[N.DYNAMIC_SAMPLING_RETAINED_GROUPS]
+            + h[N.DYNAMIC_SAMPLING_DISCARDED_SURPLUS_GROUPS]
+            + h[N.DYNAMIC_SAMPLING_ZERO_VARIANCE_GROUPS]
         )
-        assert h["dynamic_sampling/generated_completions"] == G * h["dynamic_sampling/attempted_groups"]
-        assert h["dynamic_sampling/retention_rate"] == pytest.approx(2 / h["dynamic_sampling/attempted_groups"])
-        assert h["dynamic_sampling/filled_groups"] == 0
+        assert h[N.DYNAMIC_SAMPLING_GENERATED_COMPLETIONS] == G * h[N.DYNAMIC_SAMPLING_ATTEMPTED_GROUPS]
+        assert h[N.DYNAMIC_SAMPLING_RETENTION_RATE] == pytest.approx(2 / h[N.DYNAMIC_SAMPLING_ATTEMPTED_GROUPS])
+        assert h[N.DYNAMIC_SAMPLING_FILLED_GROUPS] == 0
         # TRL's own metrics describe the retained batch: no zero-variance group, and only varying rewards.
         assert h["frac_reward_zero_std"] == 0.0
         assert 0.0 < h["reward"] < 1.0
     # Refill prompts were generated (in round 1 by the planner's oversampling, or in later rounds).
-    assert sum(h["dynamic_sampling/attempted_groups"] for h in logs) > 3 * 2, "no refill: the test would prove little"
+    assert sum(h[N.DYNAMIC_SAMPLING_ATTEMPTED_GROUPS] for h in logs) > 3 * 2, "no refill: the test would prove little"
 
 
 def test_recomputed_trl_metrics_match_trl_when_every_group_is_informative(make_model, tokenizer, tmp_path):
@@ -140,7 +130,7 @@ def test_recomputed_trl_metrics_match_trl_when_every_group_is_informative(make_m
         "loss",
     ]
     for ours, theirs in zip(ds_logs(sampled), [h for h in plain.state.log_history if "reward" in h]):
-        assert ours["dynamic_sampling/rounds"] == 1
+        assert ours[N.DYNAMIC_SAMPLING_ROUNDS] == 1
         for key in keys:
             assert ours[key] == pytest.approx(theirs[key], rel=1e-6, abs=1e-7), key
 
@@ -170,12 +160,12 @@ def test_fill_masks_filled_groups_out_of_the_loss(make_model, tokenizer, tmp_pat
     assert sum("masked out of the loss" in str(w.message) for w in caught) == 1  # warned once
 
     logs = ds_logs(trainer)
-    assert sum(h["dynamic_sampling/filled_groups"] for h in logs) > 0
+    assert sum(h[N.DYNAMIC_SAMPLING_FILLED_GROUPS] for h in logs) > 0
     for batch, h in zip(recorder.batches, logs):
         assert batch["completion_ids"].shape[0] == 8
         kinds = prompt_kinds(batch, tokenizer)
-        assert h["dynamic_sampling/retained_groups"] + h["dynamic_sampling/filled_groups"] == 2
-        if h["dynamic_sampling/filled_groups"] == 0:
+        assert h[N.DYNAMIC_SAMPLING_RETAINED_GROUPS] + h[N.DYNAMIC_SAMPLING_FILLED_GROUPS] == 2
+        if h[N.DYNAMIC_SAMPLING_FILLED_GROUPS] == 0:
             continue
         filled = torch.tensor([kind != "varying" for kind in kinds])
         assert torch.all(batch["tool_mask"][filled] == 0)
@@ -351,8 +341,8 @@ def test_adaptive_planner_and_prompt_history(make_model, tokenizer, tmp_path):
     )
     trainer.train()
     logs = ds_logs(trainer)
-    assert all(0.0 < h["dynamic_sampling/expected_retention"] < 1.0 for h in logs)
-    assert sum(h["dynamic_sampling/skipped_prompts"] for h in logs) > 0
+    assert all(0.0 < h[N.DYNAMIC_SAMPLING_EXPECTED_RETENTION] < 1.0 for h in logs)
+    assert sum(h[N.DYNAMIC_SAMPLING_SKIPPED_PROMPTS] for h in logs) > 0
     assert all(set(prompt_kinds(b, tokenizer)) == {"varying"} for b in recorder.batches)
     # Skipped prompts are never generated: the refill groups of later steps are mostly the varying prompts.
     late_refill_kinds = [kind for call in reward.calls[-3:] for kind in call[2 * G :: G]]
@@ -441,13 +431,13 @@ def test_cost_aware_planner_logs_expected_and_realised_cost(make_model, tokenize
     planner = trainer.refill_planner
     assert planner.confidence is None  # the default sizes rounds by their cost
     for h in logs:
-        latency = h["dynamic_sampling/round_latency"]
+        latency = h[N.DYNAMIC_SAMPLING_ROUND_LATENCY]
         assert latency == 16.0 or measure
-        rounds, completions = h["dynamic_sampling/rounds"], h["dynamic_sampling/generated_completions"]
-        assert h["dynamic_sampling/realised_cost"] == pytest.approx(rounds * latency + completions)
-        assert h["dynamic_sampling/expected_cost"] > 0 and 0.0 <= h["dynamic_sampling/planned_fill_chance"] <= 1.0
-        assert h["dynamic_sampling/generation_seconds"] > 0
+        rounds, completions = h[N.DYNAMIC_SAMPLING_ROUNDS], h[N.DYNAMIC_SAMPLING_GENERATED_COMPLETIONS]
+        assert h[N.DYNAMIC_SAMPLING_REALISED_COST] == pytest.approx(rounds * latency + completions)
+        assert h[N.DYNAMIC_SAMPLING_EXPECTED_COST] > 0 and 0.0 <= h[N.DYNAMIC_SAMPLING_PLANNED_FILL_CHANCE] <= 1.0
+        assert h[N.DYNAMIC_SAMPLING_GENERATION_SECONDS] > 0
     # Every round's time reached the cost model: one observation per generation call.
     assert len(planner.cost_model.rounds) == len(reward.calls)
     if measure:
-        assert logs[-1]["dynamic_sampling/round_latency"] == planner.cost_model.latency()  # the measured value steers
+        assert logs[-1][N.DYNAMIC_SAMPLING_ROUND_LATENCY] == planner.cost_model.latency()  # the measured value steers

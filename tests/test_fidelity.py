@@ -21,10 +21,11 @@ from pathlib import Path
 import pytest
 import torch
 from datasets import Dataset
-from helpers import grpo_kwargs
+from helpers import tiny_trainer
 
-from trl_dapo_ext import DAPOConfig, DAPOTrainer, group_advantages
-from trl_dapo_ext.filtering import informative_groups
+from trl_dapo_ext.core.advantages import group_advantages
+from trl_dapo_ext.core.groups import informative_groups
+from trl_dapo_ext.metric_names import N
 
 ROOT = Path(__file__).resolve().parents[1]
 G = 4
@@ -88,18 +89,13 @@ def build_trainer(make_model, tokenizer, tmp_path, monkeypatch, dataset=None, **
         loss_type="dapo",
     )
     kwargs.update(overrides)
-    args = DAPOConfig(**grpo_kwargs(tmp_path, **kwargs))
     model = make_model(seed=3)
-    if args.beta != 0.0:  # TRL loads the reference model from the policy's path: give it one
+    if kwargs.get("beta", 0.0) != 0.0:  # TRL loads the reference model from the policy's path: give it one
         model.save_pretrained(tmp_path / "policy")
         model = str(tmp_path / "policy")
-    return DAPOTrainer(
-        model=model,
-        reward_funcs=seed_binary_reward,
-        args=args,
-        train_dataset=dataset or Dataset.from_dict({"prompt": ["v0:"] * 4}),
-        processing_class=tokenizer,
-        rollout_func=scripted_rollout,
+    dataset = dataset or Dataset.from_dict({"prompt": ["v0:"] * 4})
+    return tiny_trainer(
+        model, seed_binary_reward, dataset, tokenizer, tmp_path, rollout_func=scripted_rollout, **kwargs
     )
 
 
@@ -148,8 +144,8 @@ def test_dapo_loss_weighs_every_token_one_hundredth(make_model, tokenizer, tmp_p
     probe = LossProbe(trainer, token_weights)
     trainer.train()
 
-    logs = [h for h in trainer.state.log_history if "dynamic_sampling/rounds" in h]
-    assert logs[0]["dynamic_sampling/zero_variance_groups"] >= 1, "no filler group was dropped: the count is untested"
+    logs = [h for h in trainer.state.log_history if N.DYNAMIC_SAMPLING_ROUNDS in h]
+    assert logs[0][N.DYNAMIC_SAMPLING_ZERO_VARIANCE_GROUPS] >= 1, "no filler group was dropped: the count is untested"
     assert len(probe.inputs) == 2  # two micro-batches of two completions
     lengths = torch.cat([inputs["completion_mask"].sum(dim=1) for inputs in probe.inputs])
     assert sorted(lengths.tolist()) == sorted(SEED_LENGTHS)

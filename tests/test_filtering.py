@@ -12,15 +12,11 @@ from hypothesis import strategies as st
 from trl.trainer.utils import RepeatSampler
 from trl.trainer.utils import nanstd as trl_nanstd
 
-from trl_dapo_ext.advantages import normalize_then_sum_advantages
-from trl_dapo_ext.batch import UnsupportedBatchKey, concat_rows, select_rows
-from trl_dapo_ext.filtering import (
-    fill_priority,
-    informative_groups,
-    plan_refill_groups,
-    zero_variance_split,
-)
-from trl_dapo_ext.refill import RefillSampler
+from trl_dapo_ext.core.advantages import normalize_then_sum_advantages
+from trl_dapo_ext.core.groups import fill_priority, informative_groups, zero_variance_split
+from trl_dapo_ext.dynamic_sampling.assembly import UnsupportedBatchKey, concat_rows, select_rows
+from trl_dapo_ext.dynamic_sampling.planner import plan_refill_groups
+from trl_dapo_ext.dynamic_sampling.stream import RefillSampler, local_share
 
 NAN = float("nan")
 
@@ -114,8 +110,8 @@ def test_each_pass_visits_every_index_once_in_a_new_order():
 
 
 def test_stream_is_reproducible_and_rank_slices_are_disjoint():
-    takes = [RefillSampler(10, seed=1).take_local(2, rank, 3) for rank in range(3)]
-    again = [RefillSampler(10, seed=1).take_local(2, rank, 3) for rank in range(3)]
+    takes = [local_share(RefillSampler(10, seed=1).take(2 * 3), 2, rank) for rank in range(3)]
+    again = [local_share(RefillSampler(10, seed=1).take(2 * 3), 2, rank) for rank in range(3)]
     assert takes == again
     flat = [i for part in takes for i in part]
     assert len(set(flat)) == 6

@@ -12,9 +12,15 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trl_dapo_ext.filtering import group_outcomes, group_upper_counts, informative_groups, zero_variance_split
-from trl_dapo_ext.history import GroupOutcome, PromptHistory, predicted_retention, seeded_uniform
-from trl_dapo_ext.refill import RefillSampler
+from trl_dapo_ext.core.groups import (
+    GroupOutcome,
+    group_outcomes,
+    group_upper_counts,
+    informative_groups,
+    zero_variance_split,
+)
+from trl_dapo_ext.dynamic_sampling.history import PromptHistory, predicted_retention, seeded_uniform
+from trl_dapo_ext.dynamic_sampling.stream import RefillSampler
 
 INF, HIGH, LOW, OTHER = GroupOutcome.INFORMATIVE, GroupOutcome.ALL_MAX, GroupOutcome.ALL_MIN, GroupOutcome.OTHER
 

@@ -6,10 +6,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import digit_fraction_reward, grpo_kwargs
+from helpers import digit_fraction_reward, tiny_trainer
 from test_dynamic_sampling import KindReward, kinds_dataset
 
-from trl_dapo_ext import DAPOConfig, DAPOTrainer
 from trl_dapo_ext.metric_names import ALL_METRICS, OUR_PREFIXES, expected_names, render_markdown
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
@@ -28,10 +27,7 @@ def test_every_name_is_declared_once_under_one_of_our_prefixes():
 
 
 def _logged_names(make_model, tokenizer, tmp_path, dataset, reward, **overrides) -> list[set[str]]:
-    args = DAPOConfig(**grpo_kwargs(tmp_path, max_steps=2, **overrides))
-    trainer = DAPOTrainer(
-        model=make_model(seed=2), reward_funcs=reward, args=args, train_dataset=dataset, processing_class=tokenizer
-    )
+    trainer = tiny_trainer(make_model(seed=2), reward, dataset, tokenizer, tmp_path, max_steps=2, **overrides)
     trainer.train()
     logs = [h for h in trainer.state.log_history if "loss" in h]
     assert len(logs) == 2

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from trl.rewards import get_soft_overlong_punishment
 
-from trl_dapo_ext.overlong import OverlongPenalty, overlong_penalty
+from trl_dapo_ext.core.overlong import OverlongPenalty, overlong_penalty
 
 
 def test_three_regions_and_boundaries():

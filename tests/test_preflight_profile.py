@@ -12,8 +12,8 @@ from datasets import Dataset
 from helpers import first_char_digit_reward
 
 from trl_dapo_ext.cli import profile as profile_cli
-from trl_dapo_ext.history import PromptHistory
-from trl_dapo_ext.planner import RefillPlanner
+from trl_dapo_ext.dynamic_sampling.history import PromptHistory
+from trl_dapo_ext.dynamic_sampling.planner import RefillPlanner
 from trl_dapo_ext.preflight.difficulty import (
     in_band,
     planner_cost,
@@ -23,6 +23,7 @@ from trl_dapo_ext.preflight.difficulty import (
     summarize,
     zero_variance_probability,
 )
+from trl_dapo_ext.tiny import build_tiny_trainer, cpu_args
 
 REWARD = "helpers.first_char_digit_reward"
 
@@ -128,34 +129,22 @@ def test_profile_agrees_with_the_first_training_step(demo, tmp_path):
     dataset size = batch), so both estimate the same three numbers. Tolerance: 5 standard deviations of the
     difference under the worst-case variance of bounded draws (Popoviciu: (b-a)^2/4 per completion, independent
     given the prompt), so it does not depend on the data and a pass by chance fails with probability < 1e-6."""
-    from trl_dapo_ext import DAPOConfig, DAPOTrainer
-
     summary = _profile(demo, "model", "profile")
-    args = DAPOConfig(
-        output_dir=str(tmp_path),
-        use_cpu=True,
-        bf16=False,
-        gradient_checkpointing=False,
+    args = cpu_args(
+        tmp_path,
         per_device_train_batch_size=PROMPTS * G,
         num_generations=G,
         max_completion_length=MAX_LEN,
         max_steps=1,
         logging_steps=1,
-        report_to="none",
         save_strategy="no",
         seed=11,
-        dataloader_num_workers=0,
         disable_tqdm=True,
         learning_rate=1e-6,
         beta=0.0,
     )
-    trainer = DAPOTrainer(
-        model=str(demo["root"] / "model"),
-        reward_funcs=first_char_digit_reward,
-        args=args,
-        train_dataset=Dataset.from_list(demo["rows"]),
-        processing_class=demo["tokenizer"],
-    )
+    model, rows = str(demo["root"] / "model"), Dataset.from_list(demo["rows"])
+    trainer = build_tiny_trainer(model, first_char_digit_reward, rows, demo["tokenizer"], **args)
     trainer.train()
     step = trainer.state.log_history[0]
 
@@ -185,8 +174,6 @@ def test_profile_agrees_with_the_first_training_step(demo, tmp_path):
 
 @pytest.mark.trainer
 def test_band_filter_and_history_seeding_in_a_run(demo, tmp_path):
-    from trl_dapo_ext import DAPOConfig, DAPOTrainer
-
     summary = _profile(demo, "model", "profile-band", "--max-prompts", "64", "--keep-band", "0.3", "0.6")
     out = demo["root"] / "profile-band"
     table = read_table(out / "prompts.jsonl")
@@ -195,25 +182,16 @@ def test_band_filter_and_history_seeding_in_a_run(demo, tmp_path):
     assert 0 < summary["kept_prompts"] == len(kept) == len(filtered) < len(table)
     assert filtered == [demo["rows"][i] for i in kept]  # the input's own columns and values
     # A later run starts with the profile as its prompt history.
-    args = DAPOConfig(
-        output_dir=str(tmp_path),
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
+    args = cpu_args(
+        tmp_path,
         per_device_train_batch_size=8,
         num_generations=4,
         max_completion_length=MAX_LEN,
         dynamic_sampling=True,
         dynamic_sampling_history_from=str(out / "prompts.jsonl"),
     )
-    rows = Dataset.from_list(demo["rows"][:64])
-    trainer = DAPOTrainer(
-        model=str(demo["root"] / "model"),
-        reward_funcs=first_char_digit_reward,
-        args=args,
-        train_dataset=rows,
-        processing_class=demo["tokenizer"],
-    )
+    model, rows = str(demo["root"] / "model"), Dataset.from_list(demo["rows"][:64])
+    trainer = build_tiny_trainer(model, first_char_digit_reward, rows, demo["tokenizer"], **args)
     history = trainer.prompt_history
     assert set(history.outcomes) == {s.index for s in table}
     for s in table:
@@ -222,20 +200,13 @@ def test_band_filter_and_history_seeding_in_a_run(demo, tmp_path):
         assert history.tallies[s.index] == (s.passed, s.samples - s.passed)
     too_small = Dataset.from_list(demo["rows"][:8])
     with pytest.raises(ValueError, match="has 8 rows"):
-        DAPOTrainer(
-            model=str(demo["root"] / "model"),
-            reward_funcs=first_char_digit_reward,
-            args=args,
-            train_dataset=too_small,
-            processing_class=demo["tokenizer"],
-        )
+        build_tiny_trainer(model, first_char_digit_reward, too_small, demo["tokenizer"], **args)
 
 
 def test_history_from_needs_dynamic_sampling_and_an_existing_file(tmp_path):
     from trl_dapo_ext import DAPOConfig
 
-    base = dict(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none")
-    base.update(per_device_train_batch_size=8, num_generations=4)
+    base = cpu_args(tmp_path, per_device_train_batch_size=8, num_generations=4)
     table = tmp_path / "prompts.jsonl"
     table.write_text("")
     with pytest.raises(ValueError, match="set dynamic_sampling=True"):

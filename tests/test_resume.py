@@ -8,7 +8,8 @@ import os
 import pytest
 from test_dynamic_sampling import build, ds_logs, kinds_dataset, record_takes
 
-from trl_dapo_ext.dynamic_sampling import REFILL_STATE_FILE
+from trl_dapo_ext.dynamic_sampling.state import REFILL_STATE_FILE
+from trl_dapo_ext.metric_names import N
 
 pytestmark = pytest.mark.trainer
 
@@ -24,9 +25,9 @@ RESUME = dict(
 
 # Measured seconds differ run to run; with a set round latency (the default) they steer nothing.
 TIMED = {
-    "dynamic_sampling/generation_seconds",
-    "dynamic_sampling/seconds_per_completion",
-    "dynamic_sampling/measured_round_latency",
+    N.DYNAMIC_SAMPLING_GENERATION_SECONDS,
+    N.DYNAMIC_SAMPLING_SECONDS_PER_COMPLETION,
+    N.DYNAMIC_SAMPLING_MEASURED_ROUND_LATENCY,
 }
 
 
@@ -57,7 +58,7 @@ def test_resume_is_exact_with_the_default_planner_and_history_skipping(make_mode
     full.train()
     checkpoint = tmp_path / "checkpoint-2"
     assert (checkpoint / REFILL_STATE_FILE).is_file()
-    assert sum(h["dynamic_sampling/skipped_prompts"] for h in ds_logs(full)) > 0
+    assert sum(h[N.DYNAMIC_SAMPLING_SKIPPED_PROMPTS] for h in ds_logs(full)) > 0
 
     resumed, _, _ = build(make_model, tokenizer, tmp_path, dataset, **RESUME)
     resumed_takes = record_takes(resumed)
@@ -83,7 +84,7 @@ def test_state_is_written_where_the_rng_state_is_and_a_failed_write_raises(make_
 
 
 def test_one_state_file_per_process_like_the_rng_state():
-    from trl_dapo_ext.dynamic_sampling import refill_state_file
+    from trl_dapo_ext.dynamic_sampling.state import refill_state_file
 
     assert refill_state_file(process_index=0, world_size=1) == REFILL_STATE_FILE
     assert refill_state_file(process_index=1, world_size=2) == "dapo_refill_state_1.json"

@@ -10,8 +10,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trl_dapo_ext.planner import RefillPlanner, beta_binomial_head, beta_binomial_pmf
-from trl_dapo_ext.round_cost import Costs, RoundCostModel, expected_next_values, plan_values, survival
+from trl_dapo_ext.dynamic_sampling.planner import (
+    Costs,
+    RefillPlanner,
+    RoundCostModel,
+    beta_binomial_head,
+    beta_binomial_pmf,
+    expected_next_values,
+    plan_values,
+    survival,
+)
 
 # --- the cost fit ---------------------------------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from datasets import Dataset
 
 from trl_dapo_ext.cli import main as cli_main
 from trl_dapo_ext.cli import train as train_cli
-from trl_dapo_ext.tiny import build_char_tokenizer, build_tiny_causal_lm
+from trl_dapo_ext.tiny import save_tiny_model
 
 RECIPES = sorted((Path(__file__).resolve().parents[1] / "recipes").glob("*.yaml"))
 # This CI machine has no GPU: TrainingArguments refuses bf16/fp16 without one, so parsing a GPU recipe here needs
@@ -167,12 +167,8 @@ def test_train_is_a_subcommand():
 
 @pytest.fixture
 def tiny_model_dir(tmp_path):
-    tokenizer = build_char_tokenizer()
-    model = build_tiny_causal_lm(tokenizer, hidden_size=32, num_layers=1, max_positions=512)
-    path = tmp_path / "tiny-model"
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)  # with its chat template: the recipe's system prompt makes chat prompts
-    return path
+    # Saved with its chat template: the recipe's system prompt makes chat prompts.
+    return save_tiny_model(tmp_path / "tiny-model", max_positions=512)
 
 
 @pytest.mark.trainer

@@ -7,12 +7,13 @@ import inspect
 import pytest
 import torch
 import trl.trainer.grpo_trainer as grpo_module
-from helpers import digit_fraction_reward, grpo_kwargs
+from helpers import digit_fraction_reward, grpo_kwargs, tiny_trainer
 from trl import GRPOConfig, GRPOTrainer
 
-from trl_dapo_ext import DAPOConfig, DAPOTrainer
-from trl_dapo_ext.dynamic_sampling import PROMPT_INDEX_COLUMN
-from trl_dapo_ext.trainer import RewardFunctionError, _DiagnosticsCallback
+from trl_dapo_ext import DAPOConfig, DAPOTrainer, RewardFunctionError
+from trl_dapo_ext.dynamic_sampling.rounds import PROMPT_INDEX_COLUMN
+from trl_dapo_ext.metric_names import N
+from trl_dapo_ext.trainer import _DiagnosticsCallback
 
 pytestmark = pytest.mark.trainer
 
@@ -60,13 +61,7 @@ class FakeCuda:
 
 
 def test_the_runs_peak_memory_survives_the_steps(make_model, tokenizer, prompt_dataset, tmp_path, monkeypatch):
-    trainer = DAPOTrainer(
-        model=make_model(),
-        reward_funcs=digit_fraction_reward,
-        args=DAPOConfig(**grpo_kwargs(tmp_path, diagnostics=True)),
-        train_dataset=prompt_dataset,
-        processing_class=tokenizer,
-    )
+    trainer = tiny_trainer(make_model(), digit_fraction_reward, prompt_dataset, tokenizer, tmp_path, diagnostics=True)
     callback = next(c for c in trainer.callback_handler.callbacks if isinstance(c, _DiagnosticsCallback))
     cuda = FakeCuda()
     cuda.install(monkeypatch)
@@ -78,21 +73,15 @@ def test_the_runs_peak_memory_survives_the_steps(make_model, tokenizer, prompt_d
     assert torch.cuda.max_memory_allocated() == 5 * 2**30
     metrics = trainer._metrics["train"]
     # ... the logged peak is the run's peak so far, and the memory held at each step's end is logged beside it.
-    assert metrics["cost/peak_memory_gb"] == [5.0, 5.0]
-    assert metrics["cost/memory_allocated_gb"] == [5.0, 2.0]
+    assert metrics[N.COST_PEAK_MEMORY_GB] == [5.0, 5.0]
+    assert metrics[N.COST_MEMORY_ALLOCATED_GB] == [5.0, 2.0]
 
 
 # ---------------------------------------------------------------------------------------------------- reward errors
 
 
 def build(make_model, tokenizer, dataset, tmp_path, reward=digit_fraction_reward, **overrides):
-    return DAPOTrainer(
-        model=make_model(),
-        reward_funcs=reward,
-        args=DAPOConfig(**grpo_kwargs(tmp_path, **overrides)),
-        train_dataset=dataset,
-        processing_class=tokenizer,
-    )
+    return tiny_trainer(make_model(), reward, dataset, tokenizer, tmp_path, **overrides)
 
 
 def test_a_raising_reward_function_is_named_with_the_step(make_model, tokenizer, prompt_dataset, tmp_path):

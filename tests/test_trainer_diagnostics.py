@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from helpers import digit_fraction_reward, grpo_kwargs
+from helpers import digit_fraction_reward, tiny_trainer
 from test_dynamic_sampling import KindReward, kinds_dataset
 
-from trl_dapo_ext import DAPOConfig, DAPOTrainer
 from trl_dapo_ext.cli.report import build_report
+from trl_dapo_ext.metric_names import N
 
 pytestmark = pytest.mark.trainer
 
@@ -15,10 +15,7 @@ PREFIXES = ("groups/", "length/", "cost/", "time/")
 
 
 def train(make_model, tokenizer, tmp_path, dataset, reward, **overrides):
-    args = DAPOConfig(**grpo_kwargs(tmp_path, **overrides))
-    trainer = DAPOTrainer(
-        model=make_model(seed=2), reward_funcs=reward, args=args, train_dataset=dataset, processing_class=tokenizer
-    )
+    trainer = tiny_trainer(make_model(seed=2), reward, dataset, tokenizer, tmp_path, **overrides)
     trainer.train()
     return trainer, [h for h in trainer.state.log_history if "loss" in h]
 
@@ -41,16 +38,16 @@ def test_diagnostics_metrics_every_step(make_model, tokenizer, prompt_dataset, t
         overlong_buffer_length=4,
     )
     for log in logs:
-        groups = log["groups/frac_all_max"] + log["groups/frac_all_min"] + log["groups/frac_mixed"]
+        groups = log[N.GROUPS_FRAC_ALL_MAX] + log[N.GROUPS_FRAC_ALL_MIN] + log[N.GROUPS_FRAC_MIXED]
         assert groups == pytest.approx(1.0)
-        assert 0.0 <= log["groups/pass@1"] <= log["groups/pass@k"] <= 1.0
-        assert log["length/truncated_frac"] == pytest.approx(log["completions/clipped_ratio"])
-        assert -1.0 <= log["length/overlong_penalty_mean"] <= 0.0
-        assert 0.0 <= log["length/in_buffer_frac"] <= 1.0
+        assert 0.0 <= log[N.GROUPS_PASS_AT_1] <= log[N.GROUPS_PASS_AT_K] <= 1.0
+        assert log[N.LENGTH_TRUNCATED_FRAC] == pytest.approx(log["completions/clipped_ratio"])
+        assert -1.0 <= log[N.LENGTH_OVERLONG_PENALTY_MEAN] <= 0.0
+        assert 0.0 <= log[N.LENGTH_IN_BUFFER_FRAC] <= 1.0
         # 8 completions of at most 8 tokens in 2 groups: at most 32 generated tokens per group
-        assert 0 < log["cost/generated_tokens_per_retained_group"] <= 32
-        assert 0 < log["cost/useful_token_frac"] <= 1
-        assert log["time/generation_s"] > 0 and log["time/update_s"] > 0
+        assert 0 < log[N.COST_GENERATED_TOKENS_PER_RETAINED_GROUP] <= 32
+        assert 0 < log[N.COST_USEFUL_TOKEN_FRAC] <= 1
+        assert log[N.TIME_GENERATION_S] > 0 and log[N.TIME_UPDATE_S] > 0
         fractions = [value for key, value in log.items() if key.startswith("time/") and key.endswith("_frac")]
         assert sum(fractions) == pytest.approx(1.0, abs=1e-6)
 
@@ -67,13 +64,13 @@ def test_group_split_counts_attempted_groups_with_dynamic_sampling(make_model, t
         diagnostics=True,
     )
     for log in logs:
-        attempted = log["dynamic_sampling/attempted_groups"]
+        attempted = log[N.DYNAMIC_SAMPLING_ATTEMPTED_GROUPS]
         # 'right' prompts score 1.0 (all correct), 'wrong' 0.0, 'varying' strictly between: mixed
-        assert log["groups/frac_all_max"] == pytest.approx(log["dynamic_sampling/all_max_groups"] / attempted)
-        assert log["groups/frac_all_min"] == pytest.approx(log["dynamic_sampling/all_min_groups"] / attempted)
-        generated = log["dynamic_sampling/generated_completions"] * 8  # at most 8 tokens each
-        assert log["cost/generated_tokens_per_retained_group"] <= generated / log["dynamic_sampling/retained_groups"]
-        assert log["cost/generated_tokens_per_retained_group"] > 0
+        assert log[N.GROUPS_FRAC_ALL_MAX] == pytest.approx(log[N.DYNAMIC_SAMPLING_ALL_MAX_GROUPS] / attempted)
+        assert log[N.GROUPS_FRAC_ALL_MIN] == pytest.approx(log[N.DYNAMIC_SAMPLING_ALL_MIN_GROUPS] / attempted)
+        generated = log[N.DYNAMIC_SAMPLING_GENERATED_COMPLETIONS] * 8  # at most 8 tokens each
+        assert log[N.COST_GENERATED_TOKENS_PER_RETAINED_GROUP] <= generated / log[N.DYNAMIC_SAMPLING_RETAINED_GROUPS]
+        assert log[N.COST_GENERATED_TOKENS_PER_RETAINED_GROUP] > 0
 
 
 def test_report_from_a_real_dynamic_sampling_run(make_model, tokenizer, tmp_path):

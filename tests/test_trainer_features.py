@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import RoundRecorder, add_eos_bias, constant_reward, digit_fraction_reward, grpo_kwargs
+from helpers import RoundRecorder, add_eos_bias, constant_reward, digit_fraction_reward, tiny_trainer
 
-from trl_dapo_ext import DAPOConfig, DAPOTrainer, group_advantages, overlong_penalty
+from trl_dapo_ext.core.advantages import group_advantages
+from trl_dapo_ext.core.overlong import overlong_penalty
 
 pytestmark = pytest.mark.trainer
 
@@ -15,10 +16,7 @@ def make_trainer(make_model, tokenizer, dataset, tmp_path, reward_funcs, eos_bia
     model = make_model(seed=1)
     if eos_bias is not None:
         add_eos_bias(model, tokenizer.eos_token_id, eos_bias)
-    args = DAPOConfig(**grpo_kwargs(tmp_path, **overrides))
-    trainer = DAPOTrainer(
-        model=model, reward_funcs=reward_funcs, args=args, train_dataset=dataset, processing_class=tokenizer
-    )
+    trainer = tiny_trainer(model, reward_funcs, dataset, tokenizer, tmp_path, **overrides)
     return trainer, RoundRecorder(trainer)
 
 

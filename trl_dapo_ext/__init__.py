@@ -3,7 +3,11 @@
 Drop-in use: replace ``from trl import GRPOConfig, GRPOTrainer`` with ``from trl_dapo_ext import GRPOConfig,
 GRPOTrainer``; with every new field at its default, training is identical to TRL's.
 
-The names below are imported on first use (PEP 562), so ``import trl_dapo_ext.diagnostics`` or the ``trl-dapo``
+The public names are the config, the trainer (and their TRL-named aliases) and the exceptions a user may catch.
+Everything else lives in submodules (``trl_dapo_ext.core`` for the pure math, ``trl_dapo_ext.dynamic_sampling``
+for the refill machinery) and may change between releases.
+
+The names below are imported on first use (PEP 562), so ``import trl_dapo_ext.core.metrics`` or the ``trl-dapo``
 command line do not pay for importing TRL and transformers (several seconds) unless they need them.
 """
 
@@ -21,25 +25,26 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     # Aliases so that changing the import line is the only edit an existing TRL script needs.
     "GRPOConfig": (".config", "DAPOConfig"),
     "GRPOTrainer": (".trainer", "DAPOTrainer"),
-    "OverlongPenalty": (".overlong", "OverlongPenalty"),
-    "as_dapo_config": (".config", "as_dapo_config"),
-    "combine_rewards": (".advantages", "combine_rewards"),
-    "group_advantages": (".advantages", "group_advantages"),
-    "nan_std": (".advantages", "nan_std"),
-    "overlong_penalty": (".overlong", "overlong_penalty"),
+    # The exceptions a user can catch.
+    "DynamicSamplingExhausted": (".dynamic_sampling.rounds", "DynamicSamplingExhausted"),
+    "MissingColumnError": ("reward_funcs._columns", "MissingColumnError"),
+    "RewardFunctionError": (".trainer", "RewardFunctionError"),
+    "TRLCompatibilityError": (".compat", "TRLCompatibilityError"),
+    "UnsupportedBackendError": (".backends", "UnsupportedBackendError"),
+    "UnsupportedBatchKey": (".dynamic_sampling.assembly", "UnsupportedBatchKey"),
 }
 
 __all__ = [
     "DAPOConfig",
     "DAPOTrainer",
+    "DynamicSamplingExhausted",
     "GRPOConfig",
     "GRPOTrainer",
-    "OverlongPenalty",
-    "as_dapo_config",
-    "combine_rewards",
-    "group_advantages",
-    "nan_std",
-    "overlong_penalty",
+    "MissingColumnError",
+    "RewardFunctionError",
+    "TRLCompatibilityError",
+    "UnsupportedBackendError",
+    "UnsupportedBatchKey",
 ]
 
 
@@ -57,9 +62,13 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from .advantages import combine_rewards, group_advantages, nan_std
-    from .config import DAPOConfig, as_dapo_config
+    from reward_funcs._columns import MissingColumnError
+
+    from .backends import UnsupportedBackendError
+    from .compat import TRLCompatibilityError
+    from .config import DAPOConfig
     from .config import DAPOConfig as GRPOConfig
-    from .overlong import OverlongPenalty, overlong_penalty
-    from .trainer import DAPOTrainer
+    from .dynamic_sampling.assembly import UnsupportedBatchKey
+    from .dynamic_sampling.rounds import DynamicSamplingExhausted
+    from .trainer import DAPOTrainer, RewardFunctionError
     from .trainer import DAPOTrainer as GRPOTrainer

@@ -5,15 +5,15 @@ TRL has no public hook for advantages or dynamic sampling, so the subclass overr
 that renames or reshapes one fails loudly, with this module's name in the message, instead of training wrongly:
 
 * at import: the private methods (:data:`PRIVATE_METHODS`) and class attributes (:data:`PRIVATE_CLASS_ATTRIBUTES`),
-  TRL's internal helpers (:data:`TRL_HELPERS`), the
-  keys of TRL's batch dict that `batch.py` re-pads (:func:`check_batch_keys`), the metrics that `batch_metrics.py`
-  recomputes (:func:`check_recomputed_metrics`) and the progress bar that shows refill rounds
-  (:func:`check_progress_bar`);
+  TRL's internal helpers (:data:`TRL_HELPERS`), the keys of TRL's batch dict that `dynamic_sampling/assembly.py`
+  re-pads (:func:`check_batch_keys`), the metrics that it recomputes (:func:`check_recomputed_metrics`) and the
+  progress bar that shows refill rounds (:func:`check_progress_bar`);
 * at construction of every `DAPOTrainer`: the private attributes (:data:`PRIVATE_ATTRIBUTES`) and the layout of the
   ``_logs`` / ``_metrics`` buffers that dynamic sampling swaps and truncates (:func:`check_log_buffers`).
 
 What a static check cannot see is tested against every TRL release CI installs (`tests/test_compat.py`): the pad
-values of TRL's batch and, in `tests/test_dynamic_sampling.py`, that `batch_metrics.py` reproduces TRL's numbers.
+values of TRL's batch and, in `tests/test_dynamic_sampling.py`, that `dynamic_sampling/assembly.py` reproduces TRL's
+numbers.
 """
 
 from __future__ import annotations
@@ -31,8 +31,14 @@ from packaging.version import Version
 from transformers.trainer_callback import ProgressCallback
 from trl import GRPOTrainer
 
-from .batch import COMPLETION_KEYS, MULTIMODAL_KEYS, PROMPT_KEYS, ROW_KEYS, SCALAR_KEYS
-from .batch_metrics import RECOMPUTED_KEYS
+from .dynamic_sampling.assembly import (
+    COMPLETION_KEYS,
+    MULTIMODAL_KEYS,
+    PROMPT_KEYS,
+    RECOMPUTED_KEYS,
+    ROW_KEYS,
+    SCALAR_KEYS,
+)
 
 # Releases the whole test-suite runs against in CI (Makefile: test-main and test-trl-alt).
 TESTED_TRL_RANGE = (Version("1.15.0"), Version("1.17.0"))  # [min, max)
@@ -156,21 +162,22 @@ def returned_batch_keys(trainer_class: type = GRPOTrainer) -> set[str] | None:
 
 
 def check_batch_keys(trainer_class: type = GRPOTrainer) -> None:
-    """Raise `TRLCompatibilityError` if TRL's batch dict can hold a key that `batch.py` does not classify.
+    """Raise `TRLCompatibilityError` if TRL's batch dict can hold a key that `dynamic_sampling/assembly.py` does not
+    classify.
 
     Dynamic sampling selects rows of every key and re-pads prompt keys on the left, completion keys on the right;
-    a key it does not know would be concatenated wrongly. (`batch.check_keys` also refuses one at run time.)
+    a key it does not know would be concatenated wrongly. (`assembly.check_keys` also refuses one at run time.)
     """
     keys = returned_batch_keys(trainer_class)
-    if keys is None:  # no source to read: batch.check_keys still refuses an unknown key at the first round
+    if keys is None:  # no source to read: assembly.check_keys still refuses an unknown key at the first round
         return
     known = {*PROMPT_KEYS, *COMPLETION_KEYS, *ROW_KEYS, *SCALAR_KEYS, *MULTIMODAL_KEYS}
     unknown = sorted(keys - known)
     if unknown:
         raise TRLCompatibilityError(
             f"trl {trl.__version__}: GRPOTrainer._generate_and_score_completions can return {unknown}, which "
-            "trl_dapo_ext/batch.py does not classify (prompt side, completion side, per row or scalar); "
-            "trl_dapo_ext must be updated for this TRL release (see trl_dapo_ext/compat.py)."
+            "trl_dapo_ext/dynamic_sampling/assembly.py does not classify (prompt side, completion side, per row or "
+            "scalar); trl_dapo_ext must be updated for this TRL release (see trl_dapo_ext/compat.py)."
         )
 
 
@@ -202,8 +209,8 @@ def _literal_template(node: ast.AST) -> str | None:
 def check_recomputed_metrics(trainer_class: type = GRPOTrainer) -> None:
     """Raise `TRLCompatibilityError` if TRL no longer logs a metric that dynamic sampling recomputes.
 
-    `batch_metrics.py` replaces TRL's per-call values of these keys by values for the batch actually trained on;
-    a renamed key would leave TRL's value (averaged over discarded rounds) and add a stale one beside it.
+    `dynamic_sampling/assembly.py` replaces TRL's per-call values of these keys by values for the batch actually
+    trained on; a renamed key would leave TRL's value (averaged over discarded rounds) and add a stale one beside it.
     """
     keys = logged_metric_keys(trainer_class)
     if keys is None:
@@ -211,8 +218,8 @@ def check_recomputed_metrics(trainer_class: type = GRPOTrainer) -> None:
     missing = [key for key in (*RECOMPUTED_KEYS, "rewards/{}/mean", "rewards/{}/std") if key not in keys]
     if missing:
         raise TRLCompatibilityError(
-            f"trl {trl.__version__}: GRPOTrainer no longer logs {missing}, which trl_dapo_ext/batch_metrics.py "
-            "recomputes for dynamic sampling; trl_dapo_ext must be updated for this TRL release (see "
+            f"trl {trl.__version__}: GRPOTrainer no longer logs {missing}, which "
+            "trl_dapo_ext/dynamic_sampling/assembly.py recomputes for dynamic sampling; trl_dapo_ext must be updated for this TRL release (see "
             "trl_dapo_ext/compat.py)."
         )
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from .advantages import ESTIMATORS, STD_KINDS
+from .core.advantages import ESTIMATORS, STD_KINDS
 
 
 @dataclass
@@ -238,6 +238,11 @@ class DAPOConfig(GRPOConfig):
         metadata={"help": "Diagnostics: the k of groups/pass@k (unbiased estimator over the G samples); None = G."},
     )
 
+    @property
+    def recomputes_advantages(self) -> bool:
+        """Whether the trainer replaces TRL's advantages with its own (leave-one-out, or the population std)."""
+        return self.advantage_estimator != "grpo" or self.reward_std != "sample"
+
     def __post_init__(self):
         super().__post_init__()  # resolves steps_per_generation / generation_batch_size first
         self._validate_extension_fields()
@@ -263,8 +268,7 @@ class DAPOConfig(GRPOConfig):
                 f"reward_std={self.reward_std!r} is not supported: use 'sample' (divisor G-1) or 'population' "
                 "(divisor G)."
             )
-        recomputes_advantages = self.advantage_estimator != "grpo" or self.reward_std != "sample"
-        if recomputes_advantages and self.multi_objective_aggregation != "sum_then_normalize":
+        if self.recomputes_advantages and self.multi_objective_aggregation != "sum_then_normalize":
             raise ValueError(
                 f"advantage_estimator={self.advantage_estimator!r} / reward_std={self.reward_std!r} apply to the "
                 "summed reward, but multi_objective_aggregation="
@@ -319,6 +323,11 @@ class DAPOConfig(GRPOConfig):
                     "dynamic_sampling=True or drop it."
                 )
             return
+        self._validate_round_sizing()
+        self._validate_group_selection()
+
+    def _validate_round_sizing(self) -> None:
+        """The fields that size the rounds: their count, the oversampling, the planner's knobs and the budget."""
         if isinstance(self.dynamic_sampling_max_rounds, bool) or not (
             isinstance(self.dynamic_sampling_max_rounds, int) and self.dynamic_sampling_max_rounds >= 1
         ):
@@ -358,6 +367,9 @@ class DAPOConfig(GRPOConfig):
                 f"dynamic_sampling_max_groups_per_step={budget} is below the {local_groups} prompt groups every batch "
                 "needs per process; raise it or set None."
             )
+
+    def _validate_group_selection(self) -> None:
+        """The fields that decide which prompts and groups enter a batch, and what happens when too few do."""
         if self.dynamic_sampling_skip_window < 0 or not 0.0 <= self.dynamic_sampling_skip_floor <= 1.0:
             raise ValueError(
                 f"dynamic_sampling_skip_window={self.dynamic_sampling_skip_window} must be >= 0 (0 = off) and "

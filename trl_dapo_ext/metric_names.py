@@ -4,15 +4,21 @@
 when the page is stale), and a test checks that a tiny training run logs exactly the names declared here for its
 settings. Plain data, no torch or TRL import.
 
+Code that logs or reads a metric takes its name from :data:`N` (``N.GROUPS_FRAC_MIXED``), never a typed string, so
+a name is written exactly once, here.
+
 Example:
     >>> metric("groups/frac_mixed").prefix
     'groups/'
+    >>> N.GROUPS_PASS_AT_K, time_metric("generation", "frac")
+    ('groups/pass@k', 'time/generation_frac')
     >>> sorted(expected_names(diagnostics=True, cuda=False))[:2]
     ['cost/generated_tokens_per_retained_group', 'cost/padded_token_frac']
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass
 from typing import Literal
@@ -179,6 +185,12 @@ SECTIONS: tuple[Section, ...] = (
                 "cost/peak_memory_gb",
                 "peak GPU memory allocated by tensors during the step, in GiB (2^30 bytes)",
                 "flat over the run and below the device's capacity; creeping up: fragmentation or a leak",
+                "cuda",
+            ),
+            Metric(
+                "cost/memory_allocated_gb",
+                "GPU memory still allocated by tensors at the end of the step, in GiB",
+                "flat over the run; growing step after step: a leak",
                 "cuda",
             ),
         ),
@@ -361,6 +373,30 @@ OUR_PREFIXES: tuple[str, ...] = (
 )
 
 ALL_METRICS: tuple[Metric, ...] = tuple(m for section in SECTIONS for m in section.metrics)
+
+
+def _identifier(name: str) -> str:
+    """``groups/pass@k`` -> ``GROUPS_PASS_AT_K``: the attribute of :data:`N` that holds a declared name."""
+    return re.sub(r"\W+", "_", name.replace("@", "_at_")).strip("_").upper()
+
+
+class _Names:
+    """Every declared metric name as an attribute; an undeclared one raises ``AttributeError`` where it is used."""
+
+    def __init__(self, metrics: tuple[Metric, ...]):
+        self.__dict__.update({_identifier(m.name): m.name for m in metrics})
+
+    def __getattr__(self, attribute: str) -> str:  # only called for a missing attribute
+        raise AttributeError(f"no metric is declared as N.{attribute} in trl_dapo_ext/metric_names.py")
+
+
+# The names of our metrics, N.GROUPS_FRAC_MIXED == "groups/frac_mixed" (one attribute per entry of ALL_METRICS).
+N = _Names(ALL_METRICS)
+
+
+def time_metric(section: str, unit: Literal["s", "frac"]) -> str:
+    """The declared name of a ``time/`` section's seconds (``unit="s"``) or share of the step (``"frac"``)."""
+    return getattr(N, _identifier(f"time/{section}_{unit}"))
 
 
 def metric(name: str) -> Metric:

@@ -1,6 +1,7 @@
 """Tiny local models and tokenizers: no hub access, built in milliseconds.
 
-Used by the test-suite, the CPU demo and the notebooks' tiny mode. The tokenizer is character level (one token per
+Used by the test-suite, the CPU demo, the benchmarks and the notebooks' tiny mode; :func:`cpu_args` and
+:func:`build_tiny_trainer` set up the tiny training runs they share. The tokenizer is character level (one token per
 character, decoded without spaces) so exact-match rewards work on decoded text.
 
 Example:
@@ -12,8 +13,12 @@ Example:
 
 from __future__ import annotations
 
+import inspect
+import os
 import re
 import string
+from pathlib import Path
+from typing import Any
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
@@ -92,3 +97,72 @@ def build_tiny_causal_lm(
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     return model
+
+
+# --------------------------------------------------------------------------------------------- tiny training runs
+
+# What every tiny CPU run sets: GRPOConfig/SFTConfig defaults (bf16, gradient checkpointing) are meant for GPUs.
+CPU_ARGS: dict[str, Any] = dict(
+    use_cpu=True,
+    bf16=False,
+    gradient_checkpointing=False,
+    report_to="none",
+    dataloader_num_workers=0,
+)
+
+
+def cpu_args(output_dir: str | os.PathLike, **overrides: Any) -> dict[str, Any]:
+    """Config keyword arguments for a tiny run on the CPU: :data:`CPU_ARGS` and ``output_dir``, then ``overrides``.
+
+    They suit `DAPOConfig`, `trl.GRPOConfig` and `trl.SFTConfig` alike.
+
+    Example:
+        >>> cpu_args("out", seed=3)["use_cpu"], cpu_args("out", seed=3)["seed"]
+        (True, 3)
+    """
+    return {"output_dir": str(output_dir), **CPU_ARGS, **overrides}
+
+
+def build_tiny_trainer(
+    model: Any,
+    reward_funcs: Any,
+    train_dataset: Any,
+    processing_class: Any,
+    *,
+    trainer_class: type | None = None,
+    config_class: type | None = None,
+    **config_kwargs: Any,
+):
+    """A trainer (`DAPOTrainer` unless ``trainer_class`` says otherwise, e.g. ``trl.GRPOTrainer`` with
+    ``config_class=trl.GRPOConfig``) on a tiny model, configured by ``config_kwargs`` (start from :func:`cpu_args`).
+
+    Keyword arguments the config does not take but the trainer does (``callbacks``, ``rollout_func``, ...) are
+    passed to the trainer.
+    """
+    if trainer_class is None or config_class is None:
+        from trl_dapo_ext import DAPOConfig, DAPOTrainer
+
+        trainer_class = trainer_class or DAPOTrainer
+        config_class = config_class or DAPOConfig
+    trainer_params = inspect.signature(trainer_class.__init__).parameters
+    trainer_kwargs = {key: config_kwargs.pop(key) for key in list(config_kwargs) if key in trainer_params}
+    return trainer_class(
+        model=model,
+        reward_funcs=reward_funcs,
+        args=config_class(**config_kwargs),
+        train_dataset=train_dataset,
+        processing_class=processing_class,
+        **trainer_kwargs,
+    )
+
+
+def save_tiny_model(path: str | os.PathLike, **model_kwargs: Any) -> Path:
+    """Save a tiny model and its character tokenizer (with its chat template) under ``path``, for the command line
+    (``--model_name_or_path path``); ``model_kwargs`` go to :func:`build_tiny_causal_lm` (default: 32 wide, 1 layer)."""
+    tokenizer = build_char_tokenizer()
+    model_kwargs = {"hidden_size": 32, "num_layers": 1, **model_kwargs}
+    model = build_tiny_causal_lm(tokenizer, **model_kwargs)
+    path = Path(path)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path

@@ -1,49 +1,26 @@
 """`DAPOTrainer`: TRL's `GRPOTrainer` with DAPO's extensions, each switched on by a `DAPOConfig` field.
 
-Overridden `GRPOTrainer` methods (pinned in `compat.py`) and why:
-
-* ``__init__``: takes exactly ``GRPOTrainer.__init__``'s parameters (its signature is copied, so a new TRL parameter
-  passes through); accepts a plain ``trl.GRPOConfig``; appends the overlong penalty as one more reward function (so
-  it is added to the reward before advantages, logged on its own, and works with every generation backend); sets up
-  the refill stream for dynamic sampling.
-* ``_calculate_rewards``: calls ``super()`` and keeps the gathered ``(N_global, n_funcs)`` reward matrix and the
-  round's completions, which TRL does not return from a generation round; while it runs, each reward function is
-  guarded so that an exception it raises names the function and the step (errors from elsewhere pass unchanged).
-* ``_generate_and_score_completions``: without dynamic sampling, one ``super()`` call, then the configured advantage
-  estimator. With it (training only), ``super()`` once per generation round, keeping the informative groups, until
-  the batch is full or the round budget is spent; then advantages, ``num_items_in_batch`` and TRL's batch metrics are
-  recomputed on the batch actually trained on. That loop, the refill stream and the batch assembly live in
-  `dynamic_sampling.DynamicSamplingMixin`.
-* ``_save_rng_state`` / ``train``: every process writes the state that steers refill (stream position, planner
-  estimates, reward range, prompt history) beside its RNG state in each checkpoint; ``train`` restores it when
-  resuming.
-* ``compute_loss``: with dynamic sampling, calls ``super()`` and, for a micro-batch without a single loss token
-  (only masked fill groups), turns TRL's token-mean metrics (``entropy``, clip ratios) into NaN: TRL would log 0.
-* ``_generate``, ``_prepare_inputs``, ``training_step``: each calls ``super()`` inside a section of the step timer
-  (``diagnostics=True``: the ``time/`` split); without diagnostics the timer is a no-op.
-
-Loss, generation, optimizer and logging stay TRL's. With every extension field at its default, the trainer computes
-exactly what ``trl.GRPOTrainer`` computes.
+A short orchestration: the math is in `core` (advantages, overlong penalty, group outcomes, diagnostics values), the
+refill machinery in `dynamic_sampling`; this class wires them into the TRL methods listed in its docstring, each of
+which calls ``super()`` (no TRL code is copied). Every private TRL name it relies on is listed and checked in
+`compat.py`.
 """
 
 from __future__ import annotations
 
 import inspect
-import os
-import warnings
 from contextlib import nullcontext
 from typing import Any
 
 import torch
 from transformers import TrainerCallback
-from transformers.trainer_utils import get_last_checkpoint
 from trl import GRPOTrainer
 
 from . import compat
-from .advantages import combine_rewards, group_advantages, normalize_then_sum_advantages
 from .backends import check_vllm_server_device
 from .config import DAPOConfig, as_dapo_config
-from .diagnostics import (
+from .core.advantages import combine_rewards, group_advantages, normalize_then_sum_advantages
+from .core.metrics import (
     TOKEN_MEAN_METRICS,
     StepTimer,
     allocated_memory_gb,
@@ -54,16 +31,10 @@ from .diagnostics import (
     peak_memory_gb,
     token_metrics,
 )
-from .dynamic_sampling import (  # noqa: F401  (re-exported: the public names users import from here)
-    PROMPT_INDEX_COLUMN,
-    REFILL_STATE_FILE,
-    DynamicSamplingExhausted,
-    DynamicSamplingMixin,
-    _Round,
-    _with_prompt_index,
-    refill_state_file,
-)
-from .overlong import OverlongPenalty
+from .core.overlong import OverlongPenalty
+from .dynamic_sampling.assembly import _Round
+from .dynamic_sampling.rounds import DynamicSamplingMixin, _with_prompt_index
+from .metric_names import N
 
 # DAPOTrainer.__init__ takes exactly these parameters (of the installed TRL release).
 _GRPO_INIT_SIGNATURE = inspect.signature(GRPOTrainer.__init__)
@@ -75,6 +46,32 @@ class RewardFunctionError(RuntimeError):
 
 class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
     """Drop-in `trl.GRPOTrainer` with DAPO extensions; see `DAPOConfig` for the fields that switch them on.
+
+    The `GRPOTrainer` seams it overrides (each pinned in `compat.py`), and why:
+
+    * ``__init__``: takes exactly ``GRPOTrainer.__init__``'s parameters (its signature is copied, so a new TRL parameter
+      passes through); accepts a plain ``trl.GRPOConfig``; appends the overlong penalty as one more reward function (so
+      it is added to the reward before advantages, logged on its own, and works with every generation backend); sets up
+      the refill stream for dynamic sampling.
+    * ``_calculate_rewards``: calls ``super()`` and keeps the gathered ``(N_global, n_funcs)`` reward matrix and the
+      round's completions, which TRL does not return from a generation round; while it runs, each reward function is
+      guarded so that an exception it raises names the function and the step (errors from elsewhere pass unchanged).
+    * ``_generate_and_score_completions``: without dynamic sampling, one ``super()`` call, then the configured advantage
+      estimator. With it (training only), ``super()`` once per generation round, keeping the informative groups, until
+      the batch is full or the round budget is spent; then advantages, ``num_items_in_batch`` and TRL's batch metrics
+      are recomputed on the batch actually trained on. That loop lives in `dynamic_sampling.rounds`, the refill stream
+      in `dynamic_sampling.stream` and the batch assembly in `dynamic_sampling.assembly` (all reached through
+      `DynamicSamplingMixin`).
+    * ``_save_rng_state`` / ``train``: every process writes the state that steers refill (stream position, planner
+      estimates, reward range, prompt history) beside its RNG state in each checkpoint; ``train`` restores it when
+      resuming (`dynamic_sampling.state`).
+    * ``compute_loss``: with dynamic sampling, calls ``super()`` and, for a micro-batch without a single loss token
+      (only masked fill groups), turns TRL's token-mean metrics (``entropy``, clip ratios) into NaN: TRL would log 0.
+    * ``_generate``, ``_prepare_inputs``, ``training_step``: each calls ``super()`` inside a section of the step timer
+      (``diagnostics=True``: the ``time/`` split); without diagnostics the timer is a no-op.
+
+    Loss, generation, optimizer and logging stay TRL's. With every extension field at its default, the trainer
+    computes exactly what ``trl.GRPOTrainer`` computes.
 
     Example:
         >>> from trl_dapo_ext import DAPOConfig, DAPOTrainer
@@ -130,10 +127,6 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
     # ------------------------------------------------------------------------------------------------------------
     # Rewards and advantages of one round
     # ------------------------------------------------------------------------------------------------------------
-
-    @property
-    def recomputes_advantages(self) -> bool:
-        return self.args.advantage_estimator != "grpo" or self.args.reward_std != "sample"
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         # Only the reward functions' own exceptions are renamed: an OOM or a collective's error raised elsewhere in
@@ -206,8 +199,8 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
         if self.args.dynamic_sampling and self.model.training:
             return self._dynamic_sampling_batch(inputs)
         diagnose = self.args.diagnostics and self.model.training
-        output, record = self._scored_round(inputs, need_rewards=self.recomputes_advantages or diagnose)
-        if self.recomputes_advantages:
+        output, record = self._scored_round(inputs, need_rewards=self.args.recomputes_advantages or diagnose)
+        if self.args.recomputes_advantages:
             advantages = self._advantages(record.rewards_per_func)
             self._replace_logged_advantages(advantages)
             output["advantages"] = self._local_rows(advantages, len(inputs))
@@ -357,19 +350,7 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
 
     def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
         if self.args.dynamic_sampling and resume_from_checkpoint:
-            checkpoint = resume_from_checkpoint
-            if checkpoint is True:
-                checkpoint = get_last_checkpoint(self.args.output_dir)
-            name = refill_state_file(self.args.process_index, self.args.world_size)
-            state_file = os.path.join(checkpoint, name) if checkpoint else None
-            if state_file and os.path.isfile(state_file):
-                self.load_dynamic_sampling_state_file(state_file)
-            else:
-                warnings.warn(
-                    f"resuming from {checkpoint} without {name}: the refill stream restarts from the beginning "
-                    "(refill prompts may repeat) and the round planner and prompt history start empty.",
-                    stacklevel=2,
-                )
+            self._resume_dynamic_sampling(resume_from_checkpoint)
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
 
@@ -400,5 +381,5 @@ class _DiagnosticsCallback(TrainerCallback):
         # so the logged peak is the run's so far; the memory still held at the step's end shows a leak per step.
         peak = peak_memory_gb()
         if peak is not None:
-            metrics["cost/peak_memory_gb"].append(peak)
-            metrics["cost/memory_allocated_gb"].append(allocated_memory_gb())
+            metrics[N.COST_PEAK_MEMORY_GB].append(peak)
+            metrics[N.COST_MEMORY_ALLOCATED_GB].append(allocated_memory_gb())

@@ -1,8 +1,8 @@
 """What the advantage estimators estimate: exact expectations by enumeration, for ``docs/estimators.md``.
 
 Every number here is an exact expectation over *every* group a small policy can sample (no sampling noise), with the
-advantages computed by the package's own `trl_dapo_ext.group_advantages` and groups filtered by the dynamic-sampling
-filter `trl_dapo_ext.filtering.informative_groups`, the functions the trainer calls.
+advantages computed by the package's own `trl_dapo_ext.core.advantages.group_advantages` and groups filtered by the dynamic-sampling
+filter `trl_dapo_ext.core.groups.informative_groups`, the functions the trainer calls.
 
 * ``expected_gradient``: ``E[(1/G) sum_i A_i grad log pi(Y_i)]`` for a softmax policy over a few responses, the
   unclipped full-sequence score estimator of the GRPO note (seed ``004``, Secs. 2-3), against ``true_gradient``, the
@@ -30,8 +30,8 @@ from pathlib import Path
 
 import torch
 
-from trl_dapo_ext import group_advantages
-from trl_dapo_ext.filtering import informative_groups
+from trl_dapo_ext.core.advantages import group_advantages
+from trl_dapo_ext.core.groups import informative_groups
 
 DOCS = Path(__file__).resolve().parents[1]
 PAGE_PATH = DOCS / "estimators.md"

@@ -217,7 +217,7 @@ def evaluate(model, tokenizer, problems, samples: int, seed: int, verifier) -> E
     """
     import torch
 
-    from trl_dapo_ext.diagnostics import pass_at_k
+    from trl_dapo_ext.core.metrics import pass_at_k
 
     prompts = [p["prompt"] for p in problems]
     answers = [p["answer"] for p in problems]
@@ -246,18 +246,9 @@ def evaluate(model, tokenizer, problems, samples: int, seed: int, verifier) -> E
 
 def common_args(output_dir: str, seed: int) -> dict:
     # GRPOConfig/SFTConfig defaults (bf16, gradient checkpointing, lr 1e-6) are meant for GPUs and large models.
-    return dict(
-        output_dir=output_dir,
-        use_cpu=True,
-        bf16=False,
-        gradient_checkpointing=False,
-        report_to="none",
-        seed=seed,
-        data_seed=seed,
-        dataloader_num_workers=0,
-        logging_steps=5,
-        save_only_model=True,
-    )
+    from trl_dapo_ext.tiny import cpu_args
+
+    return cpu_args(output_dir, seed=seed, data_seed=seed, logging_steps=5, save_only_model=True)
 
 
 def warm_start(model, tokenizer, train_rows, settings: DemoSettings) -> int:

@@ -9,7 +9,8 @@ scores them with the reward functions, and reports:
 * the share of prompts whose group of G would be zero-variance (it teaches nothing): per prompt ``p^G + (1-p)^G``
   for binary rewards (estimated without bias from the K samples), measured on groups of G otherwise; the expected
   retention of dynamic sampling is one minus that share (``1 - p^G - (1-p)^G`` per prompt);
-* what the refill planner (``trl_dapo_ext/planner.py``) expects to generate per retained group, and its first round;
+* what the refill planner (``trl_dapo_ext/dynamic_sampling/planner.py``) expects to generate per retained group,
+  and its first round;
 * completion lengths and the share truncated at max_completion_length.
 
 It writes ``prompts.jsonl`` (per prompt: dataset index, pass rate, mean reward, mean length, zero-variance chance)

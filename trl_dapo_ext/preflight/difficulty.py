@@ -28,8 +28,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from trl_dapo_ext.history import GroupOutcome, PromptHistory
-from trl_dapo_ext.planner import RefillPlanner
+from trl_dapo_ext.core.groups import GroupOutcome
+from trl_dapo_ext.dynamic_sampling.history import PromptHistory
+from trl_dapo_ext.dynamic_sampling.planner import RefillPlanner
 
 HISTOGRAM_EDGES = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
@@ -126,7 +127,7 @@ def histogram(pass_rates: Sequence[float]) -> dict[str, int]:
 
 
 def planner_cost(retention: float, prompts: int, group_size: int, batch_groups: int) -> dict[str, float]:
-    """What the refill planner (``trl_dapo_ext.planner``) makes of this retention after one step's evidence.
+    """What the refill planner (``dynamic_sampling.planner``) makes of this retention after one step's evidence.
 
     ``prompts`` groups observed at ``retention``: its posterior retention, the expected completions per retained
     group (``G / retention``) and the groups it plans for round 1 of a step that needs ``batch_groups``.

@@ -26,6 +26,8 @@ from typing import Literal
 
 import torch
 
+from .groups import scorable_extremes
+
 Estimator = Literal["grpo", "loo"]
 Scale = Literal["group", "batch", "none"]
 StdKind = Literal["sample", "population"]
@@ -94,7 +96,8 @@ def group_advantages(
     _check_arguments(rewards, num_generations, estimator, scale, std, eps)
     grouped = rewards.view(-1, num_generations)
 
-    # Baseline: the group mean (GRPO) or the mean of the other scorable siblings (leave-one-out).
+    # Baseline: the group mean (GRPO, seed 000 Eq. 4.1: mean(r_{1:G})) or the mean of the other scorable siblings
+    # (leave-one-out, seed 000 Sec. 4.2: b_{-i} = 1/(G-1) sum_{j != i} r_j, so A_i^LOO = r_i - b_{-i}).
     if estimator == "grpo":
         baseline = torch.nanmean(grouped, dim=1, keepdim=True)
     else:
@@ -104,7 +107,8 @@ def group_advantages(
         baseline = (total - grouped) / (scorable - 1)
     centred = grouped - baseline
 
-    # Scale: divide by the group's or the batch's spread, or not at all.
+    # Scale: divide by the group's or the batch's spread, or not at all (seed 000 Eq. 4.1's std(r_{1:G}) with
+    # eps added as TRL does; seed 001's grpo_advantages: scale="group" | "batch").
     if scale == "none":
         advantages = centred
     else:
@@ -118,16 +122,10 @@ def group_advantages(
 
     # Zero-variance branch, explicit: a group whose scorable rewards are all equal has no contrast. Without it, the
     # rounding error of its mean (an ulp) divided by std + eps (1e-4) would leak noise of order 1e-4 into the update.
-    advantages = torch.where(_has_contrast(grouped), advantages, torch.zeros_like(advantages))
+    lowest, highest = scorable_extremes(grouped)
+    has_contrast = (highest > lowest).unsqueeze(1)
+    advantages = torch.where(has_contrast, advantages, torch.zeros_like(advantages))
     return torch.nan_to_num(advantages, nan=0.0).view_as(rewards)
-
-
-def _has_contrast(grouped: torch.Tensor) -> torch.Tensor:
-    """(B, 1) bool: True where a group's scorable rewards are not all equal."""
-    missing = torch.isnan(grouped)
-    highest = torch.where(missing, -torch.inf, grouped).amax(dim=1, keepdim=True)
-    lowest = torch.where(missing, torch.inf, grouped).amin(dim=1, keepdim=True)
-    return highest > lowest
 
 
 def _check_arguments(

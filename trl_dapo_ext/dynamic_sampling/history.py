@@ -24,18 +24,9 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from enum import IntEnum
 from typing import Any
 
-
-class GroupOutcome(IntEnum):
-    """What one group of a prompt turned out to be (an int, so that the trainer can gather it as a tensor)."""
-
-    INFORMATIVE = 0
-    ALL_MAX = 1  # every sibling at the highest filter reward (e.g. all right)
-    ALL_MIN = 2  # every sibling at the lowest filter reward (e.g. all wrong)
-    OTHER = 3  # zero-variance elsewhere (a middle value, too few scorable members, reward range not open yet)
-
+from ..core.groups import GroupOutcome
 
 _CODES = "IHLO"  # one character per outcome in checkpoints: Informative, High, Low, Other
 _STRATA = {"I": "informative", "H": "all_max", "L": "all_min", "O": "other"}

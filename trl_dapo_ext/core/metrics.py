@@ -33,10 +33,9 @@ from contextlib import contextmanager
 
 import torch
 
+from ..metric_names import N
 from .advantages import StdKind, nan_std
-
-# Group outcome codes returned by `group_outcomes`.
-MIXED, ALL_MAX, ALL_MIN, UNSCORABLE = 0, 1, 2, 3
+from .groups import ALL_MAX, ALL_MIN, MIXED, UNSCORABLE, grouped_rewards, success_outcomes
 
 TIME_SECTIONS: tuple[str, ...] = ("generation", "reward", "update")
 
@@ -44,40 +43,6 @@ _NAN = float("nan")
 
 
 # ---------------------------------------------------------------------------------------------------------- groups/
-
-
-def group_outcomes(
-    rewards: torch.Tensor, num_generations: int, success_threshold: float = 1.0, tol: float = 1e-6
-) -> torch.Tensor:
-    """Classify each group by its task rewards: ``MIXED``, ``ALL_MAX``, ``ALL_MIN`` or ``UNSCORABLE``.
-
-    A group has *no contrast* when the spread of its scorable rewards is ``<= tol`` (one scorable member has none).
-    Such a group gives every sibling the same advantage, so it teaches nothing; it is
-
-    * ``ALL_MAX`` (all correct) when its common reward is ``>= success_threshold``,
-    * ``ALL_MIN`` (all wrong) otherwise, e.g. a constant 0.5 under the default threshold 1.0: the group is saturated
-      *below* success, which is the case the prompt curriculum must fix (too hard), not the easy-prompt case.
-
-    Every group with contrast is ``MIXED``; a group without any scorable member is ``UNSCORABLE``. For 0/1 rewards
-    this is exactly all-correct / all-wrong / mixed, and ``MIXED`` is what dynamic sampling keeps.
-
-    Example:
-        >>> group_outcomes(torch.tensor([1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.5, 0.5, float("nan"), float("nan")]), 2)
-        tensor([1, 2, 0, 2, 3])
-    """
-    grouped = _grouped(rewards, num_generations)
-    scorable = ~torch.isnan(grouped)
-    # Spread as max - min over scorable members: exact 0 for constant groups, no rounding from a mean.
-    high = torch.where(scorable, grouped, torch.full_like(grouped, -torch.inf)).amax(dim=1)
-    low = torch.where(scorable, grouped, torch.full_like(grouped, torch.inf)).amin(dim=1)
-    has_any = scorable.any(dim=1)
-    no_contrast = has_any & (high - low <= tol)
-
-    outcome = torch.full((grouped.shape[0],), MIXED, dtype=torch.long)
-    outcome[no_contrast & (low >= success_threshold)] = ALL_MAX
-    outcome[no_contrast & (low < success_threshold)] = ALL_MIN
-    outcome[~has_any] = UNSCORABLE
-    return outcome
 
 
 def pass_at_k(num_samples: torch.Tensor, num_correct: torch.Tensor, k: int) -> torch.Tensor:
@@ -98,6 +63,7 @@ def pass_at_k(num_samples: torch.Tensor, num_correct: torch.Tensor, k: int) -> t
     c = torch.as_tensor(num_correct, dtype=torch.float64)
     if torch.any(c > n) or torch.any(c < 0):
         raise ValueError("num_correct must lie in [0, num_samples]")
+    # pass@k = 1 - C(n-c, k) / C(n, k) (Chen et al. 2021; the single- vs k-attempt success of seed 000 Sec. 4.3).
     # Factor i runs over n-c+1 .. n; one row per group, padded with factor 1 beyond each group's c terms.
     width = int(c.max().item()) if c.numel() else 0
     offsets = torch.arange(width, dtype=torch.float64)
@@ -126,7 +92,7 @@ def group_metrics(
         success_threshold: a completion is correct when its reward is ``>= success_threshold``.
         k: pass@k's ``k``; defaults to ``G``. A group with fewer than ``k`` scorable samples is left out of pass@k.
         std: divisor of the within-group spread, ``"sample"`` (G-1, TRL's) or ``"population"`` (G).
-        tol: spread at or below which a group has no contrast (see :func:`group_outcomes`).
+        tol: spread at or below which a group has no contrast (see :func:`~trl_dapo_ext.core.groups.success_outcomes`).
 
     Returns ``groups/frac_all_max``, ``groups/frac_all_min``, ``groups/frac_mixed`` (fractions of the groups with at
     least one scorable member; they sum to 1), ``groups/reward_std_mean`` and ``groups/reward_std_p10|p50|p90``
@@ -137,36 +103,36 @@ def group_metrics(
         >>> round(m["groups/frac_mixed"], 4), round(m["groups/pass@1"], 4), round(m["groups/pass@k"], 4)
         (0.3333, 0.4167, 0.6667)
     """
-    grouped = _grouped(rewards, num_generations)
+    grouped = grouped_rewards(rewards, num_generations)
     k = num_generations if k is None else k
     if not 1 <= k <= num_generations:
         raise ValueError(f"k must satisfy 1 <= k <= num_generations={num_generations}, got {k}")
 
-    outcome = group_outcomes(rewards, num_generations, success_threshold, tol)
+    outcome = success_outcomes(rewards, num_generations, success_threshold, tol)
     scorable_groups = outcome != UNSCORABLE
     num_scorable_groups = int(scorable_groups.sum())
     metrics = {
-        "groups/frac_all_max": _fraction(outcome == ALL_MAX, num_scorable_groups),
-        "groups/frac_all_min": _fraction(outcome == ALL_MIN, num_scorable_groups),
-        "groups/frac_mixed": _fraction(outcome == MIXED, num_scorable_groups),
+        N.GROUPS_FRAC_ALL_MAX: _fraction(outcome == ALL_MAX, num_scorable_groups),
+        N.GROUPS_FRAC_ALL_MIN: _fraction(outcome == ALL_MIN, num_scorable_groups),
+        N.GROUPS_FRAC_MIXED: _fraction(outcome == MIXED, num_scorable_groups),
     }
 
     # Spread of each scorable group; a lone scorable member has no spread (nan_std says NaN for "sample").
     spread = nan_std(grouped.double(), dim=1, kind=std)
     spread = torch.nan_to_num(spread, nan=0.0)[scorable_groups]
-    percentiles = ("groups/reward_std_p10", "groups/reward_std_p50", "groups/reward_std_p90")
+    percentiles = (N.GROUPS_REWARD_STD_P10, N.GROUPS_REWARD_STD_P50, N.GROUPS_REWARD_STD_P90)
     if spread.numel():
         quantiles = torch.quantile(spread, torch.tensor([0.1, 0.5, 0.9], dtype=spread.dtype))
-        metrics["groups/reward_std_mean"] = spread.mean().item()
+        metrics[N.GROUPS_REWARD_STD_MEAN] = spread.mean().item()
         metrics.update(zip(percentiles, quantiles.tolist(), strict=True))
     else:
-        metrics.update(dict.fromkeys(("groups/reward_std_mean", *percentiles), _NAN))
+        metrics.update(dict.fromkeys((N.GROUPS_REWARD_STD_MEAN, *percentiles), _NAN))
 
     scorable = ~torch.isnan(grouped)
     num_samples = scorable.sum(dim=1)
     num_correct = (scorable & (grouped >= success_threshold)).sum(dim=1)
-    metrics["groups/pass@1"] = _nanmean(pass_at_k(num_samples, num_correct, 1))
-    metrics["groups/pass@k"] = _nanmean(pass_at_k(num_samples, num_correct, k))
+    metrics[N.GROUPS_PASS_AT_1] = _nanmean(pass_at_k(num_samples, num_correct, 1))
+    metrics[N.GROUPS_PASS_AT_K] = _nanmean(pass_at_k(num_samples, num_correct, k))
     return metrics
 
 
@@ -213,18 +179,18 @@ def length_metrics(
     if (max_length is None) != (buffer_length is None):
         raise ValueError("pass both max_length and buffer_length (L_max and L_cache), or neither")
 
-    metrics = {"length/truncated_frac": _fraction(truncated, truncated.numel())}
+    metrics = {N.LENGTH_TRUNCATED_FRAC: _fraction(truncated, truncated.numel())}
     if max_length is not None:
         in_buffer = (lengths > max_length - buffer_length) & (lengths <= max_length)
-        metrics["length/in_buffer_frac"] = _fraction(in_buffer, lengths.numel())
+        metrics[N.LENGTH_IN_BUFFER_FRAC] = _fraction(in_buffer, lengths.numel())
     if task_rewards is not None:
         scorable = ~torch.isnan(task_rewards)
-        metrics["length/task_accuracy"] = _fraction(task_rewards[scorable] >= success_threshold, int(scorable.sum()))
+        metrics[N.LENGTH_TASK_ACCURACY] = _fraction(task_rewards[scorable] >= success_threshold, int(scorable.sum()))
     if penalty is not None:
-        metrics["length/overlong_penalty_mean"] = _nanmean(penalty.double())
+        metrics[N.LENGTH_OVERLONG_PENALTY_MEAN] = _nanmean(penalty.double())
         if task_rewards is not None:
             # NaN task rewards stay NaN after adding the penalty, so unscorable rows drop out here too.
-            metrics["length/shaped_reward_mean"] = _nanmean(task_rewards.double() + penalty.double())
+            metrics[N.LENGTH_SHAPED_REWARD_MEAN] = _nanmean(task_rewards.double() + penalty.double())
     return metrics
 
 
@@ -264,8 +230,8 @@ def token_metrics(
     positions = prompt_mask.numel() + completion_mask.numel()
     real = int(prompt_mask.bool().sum()) + int(completion_mask.bool().sum())
     return {
-        "cost/useful_token_frac": _ratio(int((loss_mask.bool() & completion_mask.bool()).sum()), positions),
-        "cost/padded_token_frac": _ratio(positions - real, positions),
+        N.COST_USEFUL_TOKEN_FRAC: _ratio(int((loss_mask.bool() & completion_mask.bool()).sum()), positions),
+        N.COST_PADDED_TOKEN_FRAC: _ratio(positions - real, positions),
     }
 
 
@@ -282,7 +248,7 @@ def generation_cost(generated_tokens: int, retained_groups: int) -> dict[str, fl
     """
     if generated_tokens < 0 or retained_groups < 0:
         raise ValueError(f"counts must be >= 0, got {generated_tokens=} and {retained_groups=}")
-    return {"cost/generated_tokens_per_retained_group": _ratio(generated_tokens, retained_groups)}
+    return {N.COST_GENERATED_TOKENS_PER_RETAINED_GROUP: _ratio(generated_tokens, retained_groups)}
 
 
 def peak_memory_gb(device: torch.device | int | None = None) -> float | None:
@@ -297,9 +263,7 @@ def peak_memory_gb(device: torch.device | int | None = None) -> float | None:
         >>> value is None or value >= 0.0
         True
     """
-    if not torch.cuda.is_available():
-        return None
-    return torch.cuda.max_memory_allocated(device) / 2**30
+    return _cuda_gib(torch.cuda.max_memory_allocated, device)
 
 
 def allocated_memory_gb(device: torch.device | int | None = None) -> float | None:
@@ -310,9 +274,12 @@ def allocated_memory_gb(device: torch.device | int | None = None) -> float | Non
         >>> value is None or value >= 0.0
         True
     """
-    if not torch.cuda.is_available():
-        return None
-    return torch.cuda.memory_allocated(device) / 2**30
+    return _cuda_gib(torch.cuda.memory_allocated, device)
+
+
+def _cuda_gib(read: Callable[[torch.device | int | None], int], device: torch.device | int | None) -> float | None:
+    """A CUDA memory counter in GiB (2**30 bytes); None without CUDA."""
+    return read(device) / 2**30 if torch.cuda.is_available() else None
 
 
 # ------------------------------------------------------------------------------------------------------------ time/
@@ -425,16 +392,6 @@ def blank_token_means(metrics: MutableMapping[str, list[float]], marks: Mapping[
 
 
 # ---------------------------------------------------------------------------------------------------------- helpers
-
-
-def _grouped(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
-    if not isinstance(num_generations, int) or num_generations < 1:
-        raise ValueError(f"num_generations must be a positive int, got {num_generations!r}")
-    if rewards.dim() != 1 or not torch.is_floating_point(rewards):
-        raise ValueError(f"rewards must be a flat float (B*G,) tensor, got {rewards.dtype} {tuple(rewards.shape)}")
-    if rewards.numel() % num_generations:
-        raise ValueError(f"{rewards.numel()} rewards do not split into groups of num_generations={num_generations}")
-    return rewards.detach().cpu().view(-1, num_generations)
 
 
 def _fraction(mask: torch.Tensor, count: int) -> float:

@@ -48,8 +48,9 @@ def overlong_penalty(
         raise ValueError(f"penalty_factor must be >= 0, got {penalty_factor}")
     lengths = torch.as_tensor(lengths, dtype=torch.float64)
 
+    # Seed 004, "Length-aware reward shaping" (DAPO Eq. 13): 0 up to L_max - L_cache, then
+    # (L_max - L_cache - L) / L_cache inside the buffer (linear from 0 to -1), and -1 beyond L_max.
     free_length = max_length - buffer_length
-    # Inside the buffer: linear from 0 at free_length to -1 at max_length.
     in_buffer = (free_length - lengths) / buffer_length
     penalty = torch.where(lengths <= free_length, torch.zeros_like(lengths), in_buffer)
     penalty = torch.where(lengths > max_length, torch.full_like(lengths, -1.0), penalty)

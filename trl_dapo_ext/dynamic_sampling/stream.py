@@ -45,6 +45,7 @@ class RefillSampler:
             return list(range(self.dataset_size))
         # Keyed apart from TRL's RepeatSampler, which seeds its generator with the same seed itself: a refill stream
         # in the dataloader's order would hand out, as refills, exactly the prompts the dataloader brings next.
+        # The key names the module this stream was first written in: changing it would change every run's refills.
         digest = hashlib.blake2b(f"trl_dapo_ext.refill/{self.seed}/{epoch}".encode(), digest_size=8).digest()
         generator = torch.Generator().manual_seed(int.from_bytes(digest, "little") >> 1)
         return torch.randperm(self.dataset_size, generator=generator).tolist()
@@ -77,12 +78,6 @@ class RefillSampler:
         finally:
             self.epoch, self.position, self.taken, self._order = saved
 
-    def take_local(self, count_per_process: int, process_index: int, num_processes: int) -> list[int]:
-        """Take ``count_per_process * num_processes`` indices and return this process's contiguous share."""
-        indices = self.take(count_per_process * num_processes)
-        start = process_index * count_per_process
-        return indices[start : start + count_per_process]
-
     def state_dict(self) -> dict[str, Any]:
         return {
             "dataset_size": self.dataset_size,
@@ -102,3 +97,14 @@ class RefillSampler:
                 )
         self.epoch, self.position, self.taken = state["epoch"], state["position"], state["taken"]
         self._order = self._permutation(self.epoch)
+
+
+def local_share(indices: list[int], count_per_process: int, process_index: int) -> list[int]:
+    """This process's contiguous share of a round's global refill slice (``count_per_process`` indices).
+
+    Example:
+        >>> [local_share([7, 1, 4, 0, 3, 9], 2, rank) for rank in range(3)]
+        [[7, 1], [4, 0], [3, 9]]
+    """
+    start = process_index * count_per_process
+    return indices[start : start + count_per_process]

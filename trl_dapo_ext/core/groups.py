@@ -8,12 +8,23 @@ deviation of the reward over its scorable (non-NaN) members exceeds a tolerance.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+from enum import IntEnum
 
 import torch
 
-from .history import GroupOutcome
+
+class GroupOutcome(IntEnum):
+    """What one group of a prompt turned out to be (an int, so that the trainer can gather it as a tensor)."""
+
+    INFORMATIVE = 0
+    ALL_MAX = 1  # every sibling at the highest filter reward (e.g. all right)
+    ALL_MIN = 2  # every sibling at the lowest filter reward (e.g. all wrong)
+    OTHER = 3  # zero-variance elsewhere (a middle value, too few scorable members, reward range not open yet)
+
+
+# Codes of :func:`success_outcomes` (the diagnostics' split by a success threshold); the same ints as GroupOutcome's.
+MIXED, ALL_MAX, ALL_MIN, UNSCORABLE = 0, 1, 2, 3
 
 
 def group_reward_spread(rewards: torch.Tensor, num_generations: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -44,6 +55,7 @@ def informative_groups(rewards: torch.Tensor, num_generations: int, tolerance: f
             f"rewards must be a flat tensor of whole groups of {num_generations}, got {tuple(rewards.shape)}"
         )
     spread, scorable = group_reward_spread(rewards, num_generations)
+    # Seed 004, "Dynamic sampling": keep groups with 0 < C < G (DAPO Eq. 11), i.e. with nonzero reward contrast.
     return (scorable >= 2) & (spread > tolerance)
 
 
@@ -138,24 +150,63 @@ def fill_priority(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
     return by_scorable[torch.argsort(spread[by_scorable], descending=True, stable=True)]
 
 
-def plan_refill_groups(
-    missing_groups: int, attempted_groups: int, informative_groups_seen: int, max_groups: int
-) -> int:
-    """How many prompt groups (per process) the next refill round should generate.
+def success_outcomes(
+    rewards: torch.Tensor, num_generations: int, success_threshold: float = 1.0, tol: float = 1e-6
+) -> torch.Tensor:
+    """Classify each group by its task rewards against a success threshold: ``MIXED``, ``ALL_MAX``, ``ALL_MIN`` or
+    ``UNSCORABLE`` (the ``groups/`` diagnostics' split).
 
-    Asks for ``missing / observed retention`` groups so that one more round usually suffices, at least 1 and at most
-    ``max_groups`` (the size of the first round). Before any informative group was seen, asks for ``max_groups``.
-    Every process must get the same answer, so call it with globally agreed counts.
+    Unlike :func:`group_outcomes` (dynamic sampling's split, which compares a group with the range of rewards seen so
+    far), this split needs no history: a group is placed by the success threshold alone, so the diagnostics of a
+    step do not depend on earlier steps.
+
+    A group has *no contrast* when the spread of its scorable rewards is ``<= tol`` (one scorable member has none).
+    Such a group gives every sibling the same advantage, so it teaches nothing; it is
+
+    * ``ALL_MAX`` (all correct) when its common reward is ``>= success_threshold``,
+    * ``ALL_MIN`` (all wrong) otherwise, e.g. a constant 0.5 under the default threshold 1.0: the group is saturated
+      *below* success, which is the case the prompt curriculum must fix (too hard), not the easy-prompt case.
+
+    Every group with contrast is ``MIXED``; a group without any scorable member is ``UNSCORABLE``. For 0/1 rewards
+    this is exactly all-correct / all-wrong / mixed, and ``MIXED`` is what dynamic sampling keeps.
 
     Example:
-        >>> plan_refill_groups(missing_groups=3, attempted_groups=8, informative_groups_seen=4, max_groups=8)
-        6
+        >>> success_outcomes(torch.tensor([1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.5, 0.5, float("nan"), float("nan")]), 2)
+        tensor([1, 2, 0, 2, 3])
     """
-    if missing_groups <= 0:
-        return 0
-    if max_groups < 1:
-        raise ValueError(f"max_groups must be >= 1, got {max_groups}")
-    if attempted_groups <= 0 or informative_groups_seen <= 0:
-        return max_groups
-    retention = informative_groups_seen / attempted_groups
-    return max(1, min(max_groups, math.ceil(missing_groups / retention)))
+    grouped = grouped_rewards(rewards, num_generations)
+    # Spread as max - min over scorable members: exact 0 for constant groups, no rounding from a mean.
+    low, high = scorable_extremes(grouped)
+    has_any = (~torch.isnan(grouped)).any(dim=1)
+    no_contrast = has_any & (high - low <= tol)
+
+    outcome = torch.full((grouped.shape[0],), MIXED, dtype=torch.long)
+    outcome[no_contrast & (low >= success_threshold)] = ALL_MAX
+    outcome[no_contrast & (low < success_threshold)] = ALL_MIN
+    outcome[~has_any] = UNSCORABLE
+    return outcome
+
+
+def grouped_rewards(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
+    """``rewards`` as a detached CPU ``(B, G)`` view, after checking it is a flat float tensor of whole groups."""
+    if not isinstance(num_generations, int) or num_generations < 1:
+        raise ValueError(f"num_generations must be a positive int, got {num_generations!r}")
+    if rewards.dim() != 1 or not torch.is_floating_point(rewards):
+        raise ValueError(f"rewards must be a flat float (B*G,) tensor, got {rewards.dtype} {tuple(rewards.shape)}")
+    if rewards.numel() % num_generations:
+        raise ValueError(f"{rewards.numel()} rewards do not split into groups of num_generations={num_generations}")
+    return rewards.detach().cpu().view(-1, num_generations)
+
+
+def scorable_extremes(grouped: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row of a ``(B, G)`` reward tensor: the lowest and highest scorable (non-NaN) reward; ``(inf, -inf)`` for a
+    row without any, so ``highest > lowest`` holds exactly for the rows with contrast.
+
+    Example:
+        >>> scorable_extremes(torch.tensor([[0.0, 1.0], [0.5, float("nan")]]))
+        (tensor([0.0000, 0.5000]), tensor([1.0000, 0.5000]))
+    """
+    missing = torch.isnan(grouped)
+    lowest = torch.where(missing, torch.inf, grouped).amin(dim=1)
+    highest = torch.where(missing, -torch.inf, grouped).amax(dim=1)
+    return lowest, highest

@@ -1,0 +1,45 @@
+"""The package layout's import rules: the pure math imports torch only; the public API is small."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import trl_dapo_ext
+
+ROOT = Path(__file__).resolve().parents[1]
+CORE_MODULES = sorted(
+    f"trl_dapo_ext.core.{path.stem}"
+    for path in (ROOT / "trl_dapo_ext" / "core").glob("*.py")
+    if path.stem != "__init__"
+)
+
+
+@pytest.mark.parametrize("module", CORE_MODULES)
+def test_core_modules_import_neither_trl_nor_transformers(module):
+    code = (
+        "import importlib, sys\n"
+        f"importlib.import_module({module!r})\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('trl', 'transformers', 'accelerate', 'datasets')))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]", f"{module} imports {result.stdout.strip()}"
+
+
+def test_core_modules_are_found():
+    assert {"advantages", "groups", "metrics", "overlong"} <= {name.rsplit(".", 1)[1] for name in CORE_MODULES}
+
+
+def test_public_api_is_the_config_the_trainer_and_the_exceptions():
+    exceptions = {name for name in trl_dapo_ext.__all__ if name.endswith(("Error", "Exhausted", "Key"))}
+    assert set(trl_dapo_ext.__all__) - exceptions == {"DAPOConfig", "DAPOTrainer", "GRPOConfig", "GRPOTrainer"}
+    for name in exceptions:
+        assert issubclass(getattr(trl_dapo_ext, name), Exception), name
+    assert {"DynamicSamplingExhausted", "RewardFunctionError", "TRLCompatibilityError"} <= exceptions
+    assert {"UnsupportedBackendError", "MissingColumnError"} <= exceptions
