@@ -19,7 +19,7 @@ from datasets import Dataset
 from helpers import constant_reward, grpo_kwargs
 
 from reward_funcs import code_reward, make_code_reward, math_reward
-from reward_funcs._columns import MissingColumnError
+from reward_funcs.inputs import MissingColumnError
 from trl_dapo_ext import DAPOConfig, DAPOTrainer
 from trl_dapo_ext.cli import demo as demo_cli
 from trl_dapo_ext.cli import main as cli_main

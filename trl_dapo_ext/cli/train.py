@@ -435,7 +435,7 @@ def check_reward_columns(reward_funcs: list[Callable], column_names: list[str]) 
     completions with the dataset's columns, so the error is its own `MissingColumnError`, which names the
     ``answer_column`` / ``tests_column`` mapping. Other reward functions are not called.
     """
-    from reward_funcs._columns import MissingColumnError
+    from reward_funcs.inputs import MissingColumnError
 
     for func in reward_funcs:
         if getattr(func, "columns", None) is None:

@@ -29,7 +29,7 @@ import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-_CHILD = Path(__file__).with_name("_sandbox_child.py")
+_CHILD = Path(__file__).with_name("sandbox_child.py")  # run by path (stdlib only), never imported there
 _UID_BASE = 0x5C000000  # far above any real account; one fresh uid per concurrent run
 _uid_counter = itertools.count()
 _lock = threading.Lock()
