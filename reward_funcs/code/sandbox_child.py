@@ -351,42 +351,24 @@ class _Supervisor:
             self.kill_candidates()
 
     def _collect_calls(self, pid: int, r: int, k: int, cases: list, timeout: float) -> int:
-        """Read the candidate's reports; return the index of the next probe to run in a fresh process."""
+        """Read the candidate's reports; return the index of the next probe to run in a fresh process.
+
+        A deadline per record: ``timeout`` to load the solution, then ``timeout`` per probe."""
         buf = b""
         loaded = False
         deadline = time.monotonic() + timeout
         cap = int(self.limits["output_bytes"])
-        pidfd = os.pidfd_open(pid)
-        watch = [r, pidfd]
-        status = None
-        try:
+        with _Watch(pid, {r: 1 << 16}, reap_idle=True) as watch:
             while True:
-                wait = deadline - time.monotonic()
-                if wait <= 0:
+                chunks = watch.wait(deadline)
+                if chunks is None:
                     self.kill_candidates()
                     if not loaded:
                         self._fail_rest(k, "timeout", "solution module did not finish loading in time")
                         return len(cases)
                     self.emit({"k": k, "o": "timeout", "d": f"no result within {timeout:g} s"})
                     return k + 1
-                # Once the process has exited only buffered data is left: poll without blocking, since a
-                # descendant may still hold the write end of the pipe open.
-                ready, _, _ = select.select(watch, [], [], 0 if status is not None else min(wait, 0.5))
-                if not ready and status is None:
-                    _reap_zombies_except(pid)
-                    continue
-                if pidfd in ready:
-                    status = _wait_status(pid)
-                    watch.remove(pidfd)
-                    os.set_blocking(r, False)
-                chunk = b""
-                if r in ready or status is not None:
-                    try:
-                        chunk = os.read(r, 1 << 16)
-                    except BlockingIOError:
-                        chunk = b""
-                    if not chunk and r in watch:
-                        watch.remove(r)
+                chunk = chunks.get(r, b"")
                 buf += chunk
                 if len(buf) > cap:
                     self.kill_candidates()
@@ -424,15 +406,14 @@ class _Supervisor:
                     if k == len(cases):
                         return k
                     deadline = time.monotonic() + timeout
-                if status is not None and not chunk:
+                if watch.status is not None and not chunk:
                     # Exited (or closed its report pipe and exited) before reporting the current probe.
                     if not loaded:
-                        self._fail_rest(k, "error", f"solution module did not load ({status})")
+                        self._fail_rest(k, "error", f"solution module did not load ({watch.status})")
                         return len(cases)
-                    self.emit({"k": k, "o": _dead_outcome(status), "d": f"process ended before reporting ({status})"})
+                    detail = f"process ended before reporting ({watch.status})"
+                    self.emit({"k": k, "o": _dead_outcome(watch.status), "d": detail})
                     return k + 1
-        finally:
-            os.close(pidfd)
 
     def run_program(self) -> None:
         """One test program, all or nothing: the candidate process serves calls, the oracle process runs the tests."""
@@ -460,27 +441,14 @@ class _Supervisor:
         buf = b""
         loaded = False
         deadline = time.monotonic() + timeout
-        pidfd = os.pidfd_open(pid)
-        status = None
-        try:
+        with _Watch(pid, {r: 1 << 16}, reap_idle=True) as watch:
             while True:
-                wait = deadline - time.monotonic()
-                if wait <= 0:
+                chunks = watch.wait(deadline)
+                if chunks is None:
                     self.kill_candidates()
                     what = "the tests did not finish" if loaded else "the solution module did not finish loading"
                     return {"o": "timeout", "d": f"{what} within {timeout:g} s"}
-                watch = [r] if status is not None else [r, pidfd]
-                ready, _, _ = select.select(watch, [], [], 0 if status is not None else min(wait, 0.5))
-                if not ready and status is None:
-                    _reap_zombies_except(pid)
-                    continue
-                if pidfd in ready:
-                    status = _wait_status(pid)
-                    os.set_blocking(r, False)
-                try:
-                    chunk = os.read(r, 1 << 16) if (r in ready or status is not None) else b""
-                except BlockingIOError:
-                    chunk = b""
+                chunk = chunks.get(r, b"")
                 buf += chunk
                 while b"\n" in buf:
                     line, buf = buf.split(b"\n", 1)
@@ -496,10 +464,8 @@ class _Supervisor:
                     if outcome not in ("ok", "error", "memory"):
                         return {"o": "error", "d": "protocol violation"}
                     return {"o": outcome, "v": rec.get("v") is True, "d": str(rec.get("d", ""))[:500]}
-                if status is not None and not chunk:
-                    return {"o": "error", "d": f"the test process ended without a verdict ({status})"}
-        finally:
-            os.close(pidfd)
+                if watch.status is not None and not chunk:
+                    return {"o": "error", "d": f"the test process ended without a verdict ({watch.status})"}
 
     def _fail_rest(self, k: int, outcome: str, detail: str) -> None:
         for i in range(k, len(self.spec["cases"])):
@@ -532,50 +498,33 @@ class _Supervisor:
                 return
 
     def _collect_stdio(self, pid: int, out_r: int, rep_r: int, timeout: float, cap: int) -> dict:
+        """One stdin/stdout case: its output and exit status; ``timeout`` seconds for the whole run."""
         out = bytearray()
         report = b""
-        start = time.monotonic()
-        pidfd = os.pidfd_open(pid)
-        try:
-            fds = [out_r, rep_r, pidfd]
-            status = None
-            while True:
-                wait = start + timeout - time.monotonic()
-                if wait <= 0:
+        deadline = time.monotonic() + timeout
+        with _Watch(pid, {out_r: 1 << 16, rep_r: 4096}, reap_idle=False) as watch:
+            while watch.status is None:
+                chunks = watch.wait(deadline)
+                if chunks is None:
                     self.kill_candidates()
                     return {"o": "timeout", "d": f"no exit within {timeout:g} s", "out": ""}
-                ready, _, _ = select.select([f for f in fds if f is not None], [], [], wait)
-                if out_r in ready:
-                    chunk = os.read(out_r, 1 << 16)
-                    if chunk:
-                        out += chunk
-                        if len(out) > cap:
-                            self.kill_candidates()
-                            return {"o": "error", "d": "output limit exceeded", "out": ""}
-                    else:
-                        fds[0] = None
-                if rep_r in ready:
-                    chunk = os.read(rep_r, 4096)
-                    if chunk and len(report) < 4096:
-                        report += chunk
-                    elif not chunk:
-                        fds[1] = None
-                if pidfd in ready:
-                    status = _wait_status(pid)
-                    break
-            # The process has exited; descendants may still hold the pipe: collect what is buffered, then kill them.
-            self.kill_candidates()
-            for fd, sink in ((out_r, out),):
-                os.set_blocking(fd, False)
-                try:
-                    while len(sink) <= cap and (chunk := os.read(fd, 1 << 16)):
-                        sink += chunk
-                except BlockingIOError:
-                    pass
-            if len(out) > cap:
-                return {"o": "error", "d": "output limit exceeded", "out": ""}
-        finally:
-            os.close(pidfd)
+                out += chunks.get(out_r, b"")
+                if len(out) > cap:
+                    self.kill_candidates()
+                    return {"o": "error", "d": "output limit exceeded", "out": ""}
+                if len(report) < 4096:
+                    report += chunks.get(rep_r, b"")
+            status = watch.status
+        # The process has exited; descendants may still hold the pipe: kill them, then collect what is buffered
+        # (the pipes are non-blocking now).
+        self.kill_candidates()
+        try:
+            while len(out) <= cap and (chunk := os.read(out_r, 1 << 16)):
+                out += chunk
+        except BlockingIOError:
+            pass
+        if len(out) > cap:
+            return {"o": "error", "d": "output limit exceeded", "out": ""}
         claim = report.decode(errors="replace").strip().splitlines()
         claim = claim[-1] if claim else ""
         text = out.decode("utf-8", errors="replace")
@@ -588,6 +537,59 @@ class _Supervisor:
         if claim.startswith("error SyntaxError"):
             rec["syntax"] = True
         return rec
+
+
+class _Watch:
+    """One forked process (candidate or oracle) as the supervisor follows it: the pipes it writes, and its exit.
+
+    The one wait loop of the three collectors. What a deadline means is theirs (``_collect_calls``: per record,
+    ``_collect_program``: per phase, ``_collect_stdio``: per run), and so is what a timeout, the output limit and an
+    early exit lead to. ``reap_idle``: while nothing happens, wake up every 0.5 s to reap orphaned zombies (other than
+    the process itself) re-parented to the supervisor."""
+
+    def __init__(self, pid: int, reads: dict[int, int], reap_idle: bool) -> None:
+        self.pid, self.reads, self.reap_idle = pid, reads, reap_idle  # reads: pipe -> bytes per read
+        self.open = list(reads)  # pipes still selected on (not at end of file)
+        self.status: str | None = None  # once the process has exited and been reaped: "exit N" / "signal NAME"
+        self.pidfd = os.pidfd_open(pid)
+
+    def __enter__(self) -> _Watch:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        os.close(self.pidfd)
+
+    def wait(self, deadline: float) -> dict[int, bytes] | None:
+        """Wait for data or the exit; None once ``deadline`` (``time.monotonic()``) has passed, else what was read
+        from each pipe that was ready (b"": end of file).
+
+        Once the process has exited there is no more waiting: only buffered data is left, and every pipe is read
+        without blocking (b"": nothing buffered), since a descendant may still hold a write end open."""
+        while True:
+            wait = deadline - time.monotonic()
+            if wait <= 0:
+                return None
+            exited = self.status is not None
+            watch = self.open if exited else [*self.open, self.pidfd]
+            ready, _, _ = select.select(watch, [], [], 0 if exited else min(wait, 0.5) if self.reap_idle else wait)
+            if ready or exited:
+                break
+            if self.reap_idle:
+                _reap_zombies_except(self.pid)
+        if self.pidfd in ready:
+            self.status = _wait_status(self.pid)
+            for fd in self.reads:
+                os.set_blocking(fd, False)
+        chunks = {}
+        for fd, size in self.reads.items():
+            if fd in ready or self.status is not None:
+                try:
+                    chunks[fd] = os.read(fd, size)
+                except BlockingIOError:
+                    chunks[fd] = b""
+                if not chunks[fd] and fd in self.open:
+                    self.open.remove(fd)
+        return chunks
 
 
 def _reap_zombies_except(pid: int) -> None:
