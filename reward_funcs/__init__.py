@@ -9,17 +9,10 @@ The two libraries live in ``reward_funcs.math`` and ``reward_funcs.code``; ``rew
 read from a TRL reward call (the completion's text, the dataset columns).
 """
 
-from .code import (
-    CodeReward,
-    CodeTestReport,
-    TestOutcome,
-    code_reward,
-    code_reward_partial,
-    extract_code,
-    make_code_reward,
-    run_code_tests,
-)
-from .math import (
+from .code.extract import extract_code
+from .code.reward import CodeReward, code_reward, code_reward_partial, make_code_reward
+from .code.runner import CodeTestReport, TestOutcome, run_code_tests
+from .math.answers import (
     FORMAT_REWARD_WEIGHT,
     MathFormatReward,
     MathReward,

@@ -5,18 +5,3 @@ Modules: ``extract`` (the code block of a completion), ``formats`` (test formats
 ``sandbox`` (the parent side: backends, launch, deadlines, clean-up), ``sandbox_child`` (the supervisor, candidate
 and oracle processes; standard library only, started by path), ``reward`` (the TRL reward functions).
 """
-
-from .extract import extract_code
-from .reward import CodeReward, code_reward, code_reward_partial, make_code_reward
-from .runner import CodeTestReport, TestOutcome, run_code_tests
-
-__all__ = [
-    "CodeReward",
-    "CodeTestReport",
-    "TestOutcome",
-    "code_reward",
-    "code_reward_partial",
-    "extract_code",
-    "make_code_reward",
-    "run_code_tests",
-]

@@ -37,18 +37,7 @@ from . import sandbox
 from .asserts import UnsupportedTests, plan_asserts
 from .extract import extract_code
 from .formats import parse_tests
-from .runner import CodeTestReport, RunSettings, TestOutcome, make_settings, run_code_tests, run_parsed
-
-__all__ = [
-    "CodeReward",
-    "CodeTestReport",
-    "TestOutcome",
-    "code_reward",
-    "code_reward_partial",
-    "extract_code",
-    "make_code_reward",
-    "run_code_tests",
-]
+from .runner import RunSettings, make_settings, run_parsed
 
 # Consecutive sandbox failures (no verdict at all) after which a reward raises instead of returning None: one may be
 # a transient hiccup, a streak means nothing can be scored, and every advantage would silently be zero.

@@ -5,31 +5,3 @@ Modules: ``extract`` (the final answer: anchors, boxes, hedged boxes, ``<think>`
 the TRL reward functions), ``pool`` (killable worker processes for symbolic comparison) and ``worker`` (one such
 process: math-verify / sympy).
 """
-
-from .answers import (
-    FORMAT_REWARD_WEIGHT,
-    MathFormatReward,
-    MathReward,
-    answers_match,
-    close_math_workers,
-    extract_final_answer,
-    make_math_format_reward,
-    make_math_reward,
-    math_answer_format_reward,
-    math_format_reward,
-    math_reward,
-)
-
-__all__ = [
-    "FORMAT_REWARD_WEIGHT",
-    "MathFormatReward",
-    "MathReward",
-    "answers_match",
-    "close_math_workers",
-    "extract_final_answer",
-    "make_math_format_reward",
-    "make_math_reward",
-    "math_answer_format_reward",
-    "math_format_reward",
-    "math_reward",
-]

@@ -31,20 +31,6 @@ from . import extract as _ex
 from . import normalize as _nz
 from .pool import _Task, _WorkerPool
 
-__all__ = [
-    "FORMAT_REWARD_WEIGHT",
-    "MathFormatReward",
-    "MathReward",
-    "answers_match",
-    "close_math_workers",
-    "extract_final_answer",
-    "make_math_format_reward",
-    "make_math_reward",
-    "math_answer_format_reward",
-    "math_format_reward",
-    "math_reward",
-]
-
 FORMAT_REWARD_WEIGHT = 0.1
 """Default weight of the format reward. Weights must stay below 1.0 (a correct answer), so a well-formatted wrong
 answer always scores less than a correct one."""
