@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reward_funcs import make_code_reward  # noqa: E402
-from reward_funcs._sandbox import Limits, resolve_backend, run_job  # noqa: E402
+from reward_funcs.code.sandbox import Limits, resolve_backend, run_job  # noqa: E402
 
 TESTS = {
     "assert": "assert add(1, 2) == 3\nassert add(-1, 1) == 0\nassert add(10, 5) == 15",

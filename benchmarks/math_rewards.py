@@ -216,7 +216,7 @@ def _worker_cpu() -> dict[int, float]:
     """CPU seconds used so far by each live verifier worker process of this process."""
     import psutil
 
-    from reward_funcs import math_answers as ma
+    from reward_funcs.math import answers as ma
 
     out = {}
     for pool in list(ma._POOLS.values()):
@@ -259,7 +259,7 @@ def run(fn, rows: list[dict], batch: int) -> tuple[list, float, float]:
 
 def _reset_caches() -> None:
     from reward_funcs import close_math_workers
-    from reward_funcs import math_answers as ma
+    from reward_funcs.math import answers as ma
 
     close_math_workers()
     for cache in (ma._prepare, ma._prepare_gold, ma._exact, ma._structure, ma._sides):

@@ -4,19 +4,15 @@ Math answers: `math_reward`, `make_math_reward`, `extract_final_answer`, `answer
 `math_answer_format_reward`.
 Code with unit tests in a sandbox: `code_reward`, `code_reward_partial`, `make_code_reward`, `run_code_tests`,
 `extract_code`. Every reward name `trl-dapo train` accepts is importable from here.
+
+The two libraries live in ``reward_funcs.math`` and ``reward_funcs.code``; ``reward_funcs.inputs`` holds what both
+read from a TRL reward call (the completion's text, the dataset columns).
 """
 
-from .code_tests import (
-    CodeReward,
-    CodeTestReport,
-    TestOutcome,
-    code_reward,
-    code_reward_partial,
-    extract_code,
-    make_code_reward,
-    run_code_tests,
-)
-from .math_answers import (
+from .code.extract import extract_code
+from .code.reward import CodeReward, code_reward, code_reward_partial, make_code_reward
+from .code.runner import CodeTestReport, TestOutcome, run_code_tests
+from .math.answers import (
     FORMAT_REWARD_WEIGHT,
     MathFormatReward,
     MathReward,

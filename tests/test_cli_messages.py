@@ -19,7 +19,7 @@ from datasets import Dataset
 from helpers import constant_reward, tiny_trainer
 
 from reward_funcs import code_reward, make_code_reward, math_reward
-from reward_funcs._columns import MissingColumnError
+from reward_funcs.inputs import MissingColumnError
 from trl_dapo_ext import DAPOTrainer, DynamicSamplingExhausted, RewardFunctionError
 from trl_dapo_ext.cli import demo as demo_cli
 from trl_dapo_ext.cli import main as cli_main
@@ -100,7 +100,7 @@ def test_train_ctrl_c_before_training_says_nothing_was_saved(tmp_path, tiny_mode
     def pressed(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(train_cli, "load_train_dataset", pressed)
+    monkeypatch.setattr(train_cli.run, "load_train_dataset", pressed)
     argv = ["--model_name_or_path", str(tiny_model_dir), "--dataset_name", "x.jsonl", "--output_dir", "o", *CPU]
     assert train_cli.main([*argv, *SHORT]) == 130
     assert "training had not started, nothing was saved" in capsys.readouterr().err
@@ -320,8 +320,10 @@ def test_unknown_recipe_key_and_flag_get_did_you_mean(tmp_path, capsys):
 
 def test_use_vllm_without_vllm_is_one_line_at_start_up(tmp_path, tiny_model_dir, monkeypatch, capsys):
     _no_model_loading(monkeypatch)
-    real = train_cli.importlib.util.find_spec
-    monkeypatch.setattr(train_cli.importlib.util, "find_spec", lambda name: None if name == "vllm" else real(name))
+    real = train_cli.model.importlib.util.find_spec
+    monkeypatch.setattr(
+        train_cli.model.importlib.util, "find_spec", lambda name: None if name == "vllm" else real(name)
+    )
     argv = ["--model_name_or_path", str(tiny_model_dir), "--dataset_name", "x.jsonl", "--output_dir", "o"]
     assert train_cli.main([*argv, *CPU, *SHORT, "--use_vllm", "true"]) == 2
     err = capsys.readouterr().err
@@ -398,11 +400,12 @@ def _synthetic_report_history(steps: int = 6) -> list[dict]:
 def test_report_legends_overlap_no_panel_and_show_every_zero_variance_bucket(tmp_path):
     from matplotlib.transforms import Bbox
 
-    from trl_dapo_ext.cli import report
+    from trl_dapo_ext.cli.report import draw
+    from trl_dapo_ext.cli.report import panels as report_panels
 
     history = _synthetic_report_history()
-    panels = [p for p in report._panels_for(history) if report._has_data(history, p)]
-    figure = report._figure(history, panels, None, title="t")
+    panels = [p for p in report_panels.panels_for(history) if report_panels.has_data(history, p)]
+    figure = draw.build_figure(history, panels, None, title="t")
     renderer = figure.canvas.get_renderer()
     axes = [ax for ax in figure.axes if ax.get_visible()]
     legends = [ax.get_legend() for ax in axes if ax.get_legend() is not None]

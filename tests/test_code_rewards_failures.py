@@ -8,8 +8,8 @@ import types
 
 import pytest
 
-import reward_funcs._sandbox as sb
-import reward_funcs.code_tests as ct
+import reward_funcs.code.reward as ct
+import reward_funcs.code.sandbox as sb
 from reward_funcs import make_code_reward
 
 SANDBOX_FAILURE_LIMIT = getattr(ct, "SANDBOX_FAILURE_LIMIT", 3)

@@ -20,7 +20,7 @@ from test_code_rewards_sandbox import (  # noqa: F401  (host_unharmed: autouse f
 )
 
 from reward_funcs import code_reward_partial, make_code_reward, run_code_tests
-from reward_funcs._sandbox import SandboxUnavailable, resolve_backend
+from reward_funcs.code.sandbox import SandboxUnavailable, resolve_backend
 
 # HumanEval style: the harness calls check(<entry_point>); asserts inside a loop and a debugging `assert True`.
 DOUBLE_LOOP = (

@@ -11,10 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reward_funcs import code_reward, extract_code, make_code_reward, run_code_tests
-from reward_funcs._assert_plan import UnsupportedTests, eval_simple, plan_asserts
-from reward_funcs._columns import MissingColumnError
-from reward_funcs._sandbox_child import NotPlainData, decode_value, encode_value
-from reward_funcs.code_tests import _completion_text, _parse_tests, stdout_matches, values_match
+from reward_funcs.code.asserts import UnsupportedTests, eval_simple, plan_asserts
+from reward_funcs.code.formats import parse_tests as _parse_tests
+from reward_funcs.code.formats import stdout_matches, values_match
+from reward_funcs.code.sandbox_child import NotPlainData, decode_value, encode_value
+from reward_funcs.inputs import MissingColumnError, completion_text
 
 # -- code extraction ------------------------------------------------------------------------------------------
 
@@ -43,6 +44,10 @@ def test_extract_rejects_missing_unclosed_or_empty_blocks():
 def test_extract_indented_fence_is_dedented_and_tilde_fences_work():
     assert extract_code("1. step\n    ```python\n    x = 1\n    ```\n") == "x = 1\n"
     assert extract_code("~~~python\nx = 3\n~~~\n") == "x = 3\n"
+
+
+def _completion_text(completion):  # the rule code_reward reads a completion with
+    return completion_text(completion, messages="all")
 
 
 def test_completion_text_handles_conversational_and_multimodal_formats():
@@ -79,7 +84,7 @@ def test_unusable_tests_give_none_and_a_warning():
 
 
 def test_no_code_scores_zero_without_running(monkeypatch):
-    import reward_funcs._sandbox as sb
+    import reward_funcs.code.sandbox as sb
 
     def boom(*a, **k):
         raise AssertionError("must not run")
@@ -301,16 +306,16 @@ def test_reward_is_picklable_named_and_validates_columns():
 
 
 def test_reward_accepts_trl_keyword_arguments_and_dedupes_identical_completions(monkeypatch):
-    import reward_funcs.code_tests as ct
+    import reward_funcs.code.reward as ct
 
     calls = []
-    real = ct._run
+    real = ct.run_parsed
 
     def counting(code, *a, **k):
         calls.append(code)
         return real(code, *a, **k)
 
-    monkeypatch.setattr(ct, "_run", counting)
+    monkeypatch.setattr(ct, "run_parsed", counting)
     good = [{"role": "assistant", "content": "```python\ndef f(x):\n    return x + 1\n```"}]
     bad = [{"role": "assistant", "content": "```python\ndef f(x):\n    return x\n```"}]
     out = code_reward(
@@ -332,7 +337,7 @@ def test_run_code_tests_without_code_reports_skipped():
 
 
 def test_sandbox_failure_gives_none_not_zero(monkeypatch):
-    import reward_funcs._sandbox as sb
+    import reward_funcs.code.sandbox as sb
 
     def broken(*a, **k):
         raise RuntimeError("sandbox supervisor failed")
@@ -357,6 +362,6 @@ def test_every_reward_name_of_the_cli_is_importable_from_reward_funcs():
 def test_assert_plan_docstring_examples_run():
     import doctest
 
-    from reward_funcs import _assert_plan
+    from reward_funcs.code import asserts as _assert_plan
 
     assert doctest.testmod(_assert_plan).failed == 0

@@ -11,7 +11,7 @@ import psutil
 import pytest
 
 from reward_funcs import close_math_workers, make_math_reward
-from reward_funcs import math_answers as ma
+from reward_funcs.math import answers as ma
 
 TIMEOUT = 1.0
 # A hang guard, not a speed test: a call that has not returned after this long never will (the limit did not fire).

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reward_funcs import answers_match, extract_final_answer
-from reward_funcs._math_normalize import exact_value
+from reward_funcs.math.normalize import exact_value
 
 # Filler that can never form an anchor: no "answer", "boxed", "fbox", "####", tags, braces or dollars.
 filler = st.text(alphabet="bcdfghjklmpqtvxyz0123456789 .,+-=()\n", max_size=200)

@@ -87,7 +87,8 @@ def test_model_text_is_never_evaluated(tmp_path):
 def test_docstring_examples_run():
     import doctest
 
-    from reward_funcs import _math_normalize, math_answers
+    from reward_funcs.math import answers as math_answers
+    from reward_funcs.math import normalize as _math_normalize
 
     assert doctest.testmod(math_answers).failed == 0
     assert doctest.testmod(_math_normalize).failed == 0

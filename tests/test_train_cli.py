@@ -120,7 +120,7 @@ def test_reward_registry_resolves_every_name():
 
 
 def test_four_bit_without_bitsandbytes_is_a_clear_error(monkeypatch):
-    monkeypatch.setattr(train_cli, "_bitsandbytes_available", lambda: False)
+    monkeypatch.setattr(train_cli.model, "_bitsandbytes_available", lambda: False)
     _, training_args, model_args = train_cli.parse_args(
         ["--config", str(RECIPES[0].parent / "gsm8k_qlora_t4.yaml"), *CPU_OVERRIDES]
     )

@@ -27,7 +27,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "GRPOTrainer": (".trainer", "DAPOTrainer"),
     # The exceptions a user can catch.
     "DynamicSamplingExhausted": (".dynamic_sampling.rounds", "DynamicSamplingExhausted"),
-    "MissingColumnError": ("reward_funcs._columns", "MissingColumnError"),
+    "MissingColumnError": ("reward_funcs.inputs", "MissingColumnError"),
     "RewardFunctionError": (".trainer", "RewardFunctionError"),
     "TRLCompatibilityError": (".compat", "TRLCompatibilityError"),
     "UnsupportedBackendError": (".backends", "UnsupportedBackendError"),
@@ -62,7 +62,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from reward_funcs._columns import MissingColumnError
+    from reward_funcs.inputs import MissingColumnError
 
     from .backends import UnsupportedBackendError
     from .compat import TRLCompatibilityError

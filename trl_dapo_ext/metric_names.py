@@ -357,10 +357,16 @@ TRL_METRICS: tuple[Metric, ...] = (
     Metric("frac_reward_zero_std", "share of groups whose summed reward has zero std", "below 0.5"),
     Metric("completions/mean_length", "mean completion length of the update batch", "stable, below the cap"),
     Metric("completions/clipped_ratio", "share of truncated completions", "under 0.05-0.10"),
+    Metric("completions/min_length", "shortest completion of the update batch", "not stuck at a tiny length"),
+    Metric("completions/max_length", "longest completion of the update batch", "below the cap most of the time"),
     Metric("entropy", "mean token entropy of the policy", "above 0.3 x its first value"),
     Metric("clip_ratio/region_mean", "share of tokens whose ratio was clipped", "under 0.2"),
+    Metric("clip_ratio/low_mean", "share of tokens clipped below `1 - epsilon` (negative advantages)", "small"),
+    Metric("clip_ratio/high_mean", "share of tokens clipped above `1 + epsilon_high` (positive advantages)", "small"),
     Metric("kl", "KL to the reference (only with `beta > 0`)", "steady growth, no jumps"),
     Metric("grad_norm", "gradient norm before clipping", "finite, no spikes"),
+    Metric("loss", "the policy loss of the step", "finite; its level says little (advantages are centred)"),
+    Metric("step_time", "seconds per training step", "stable"),
 )
 
 OUR_PREFIXES: tuple[str, ...] = (
@@ -373,6 +379,7 @@ OUR_PREFIXES: tuple[str, ...] = (
 )
 
 ALL_METRICS: tuple[Metric, ...] = tuple(m for section in SECTIONS for m in section.metrics)
+_DECLARED = frozenset(m.name for m in (*ALL_METRICS, *TRL_METRICS))
 
 
 def _identifier(name: str) -> str:
@@ -405,6 +412,19 @@ def metric(name: str) -> Metric:
         if candidate.name == name:
             return candidate
     raise KeyError(f"{name!r} is not a metric of trl_dapo_ext (prefixes: {', '.join(OUR_PREFIXES)})")
+
+
+def declared(name: str) -> str:
+    """``name`` itself when it is declared here (ours or one of TRL's listed in ``TRL_METRICS``), else a
+    ``KeyError``. Code that reads logged metrics by name (``trl-dapo report``, the notebook helpers) passes every
+    name through this, so a renamed or misspelt metric fails at import instead of silently dropping out.
+
+    >>> declared("groups/pass@1"), declared("loss")
+    ('groups/pass@1', 'loss')
+    """
+    if name not in _DECLARED:
+        raise KeyError(f"{name!r} is not a declared metric (trl_dapo_ext/metric_names.py: SECTIONS or TRL_METRICS)")
+    return name
 
 
 def expected_names(

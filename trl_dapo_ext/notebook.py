@@ -16,14 +16,21 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-# logged key -> short column label, printed when present
+from .metric_names import declared
+
+REWARD = declared("reward")  # TRL's summed reward: a logging step with it is a training step
+
+# logged key (declared in metric_names.py) -> short column label, printed when present
 PRINTED_METRICS: dict[str, str] = {
-    "reward": "reward",
-    "groups/pass@1": "pass@1",
-    "dynamic_sampling/retention_rate": "retention",
-    "dynamic_sampling/rounds": "rounds",
-    "completions/mean_length": "length",
-    "step_time": "s/step",
+    declared(key): label
+    for key, label in (
+        ("reward", "reward"),
+        ("groups/pass@1", "pass@1"),
+        ("dynamic_sampling/retention_rate", "retention"),
+        ("dynamic_sampling/rounds", "rounds"),
+        ("completions/mean_length", "length"),
+        ("step_time", "s/step"),
+    )
 }
 
 
@@ -44,7 +51,7 @@ class LiveProgress(TrainerCallback):
         self._handle = None
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if logs and "reward" in logs and state.is_world_process_zero:
+        if logs and REWARD in logs and state.is_world_process_zero:
             self.record(state.global_step, logs)
         return control
 
@@ -87,7 +94,7 @@ class LiveProgress(TrainerCallback):
         figure = Figure(figsize=(7, 3))
         axis = figure.subplots()
         steps = [step for step, _ in self.history]
-        keys = ["reward"] + sorted(
+        keys = [REWARD] + sorted(
             {k for _, v in self.history for k in v if k.startswith("rewards/") and k.endswith("/mean")}
         )
         for key in keys:

@@ -167,14 +167,7 @@ def run(options) -> int:
     if not callable(reward):
         raise CheckError(f"{options.reward} is a {type(reward).__name__}, not a function")
     rows, gold, prompt_column = load_rows(options)
-    kind = options.kind
-    if kind == "auto":
-        kind = "code" if options.tests_column or "code" in options.reward.lower() or gold == "tests" else "math"
-    if kind == "code":
-        solutions = [row[options.solution_column] for row in rows] if options.solution_column else None
-        cases = code_cases([row[gold] for row in rows], solutions)
-    else:
-        cases = math_cases([row[gold] for row in rows])
+    kind, cases = _battery(options, rows, gold)
     fmt = options.completion_format
     chat = isinstance(rows[0].get(prompt_column), list) if fmt == "auto" else fmt == "chat"
     name = getattr(reward, "__name__", options.reward)
@@ -191,14 +184,33 @@ def run(options) -> int:
     results = run_cases(
         reward, cases, rows, chat=chat, prompt_column=prompt_column, timeout_s=options.timeout, progress=progress
     )
-    table = summarize(results, options.threshold)
+    verdict = _print_results(results, options.threshold)
+    if options.json:
+        _write_json(Path(options.json), results)
+    return 1 if verdict else 0
+
+
+def _battery(options, rows: list[dict], gold: str) -> tuple[str, list]:
+    """("math" | "code", the battery's cases) for ``--kind`` (auto: code when the reward or the gold column says so)."""
+    kind = options.kind
+    if kind == "auto":
+        kind = "code" if options.tests_column or "code" in options.reward.lower() or gold == "tests" else "math"
+    if kind == "code":
+        solutions = [row[options.solution_column] for row in rows] if options.solution_column else None
+        return kind, code_cases([row[gold] for row in rows], solutions)
+    return kind, math_cases([row[gold] for row in rows])
+
+
+def _print_results(results, threshold: float) -> bool:
+    """Print the table, the categories, the findings and the verdict line; True when the reward failed."""
+    table = summarize(results, threshold)
     print(format_table(table))
     print()
     for name_, description in CATEGORIES.items():
         if name_ in table:
             print(f"  {name_}: {description}")
     print()
-    lines = findings(results, options.threshold)
+    lines = findings(results, threshold)
     for line in lines:
         print(line)
     verdict = failed(table)
@@ -207,23 +219,26 @@ def run(options) -> int:
         f"\nverdict: {'FAIL' if verdict else 'pass'}: {gating} false positive(s) in gating categories, "
         f"{sum(r.timed_out for r in results)} timeout(s), {sum(r.error is not None for r in results)} exception(s)"
     )
-    if options.json:
-        records = [
-            dict(
-                category=r.case.category,
-                name=r.case.name,
-                row=r.case.row,
-                should_pass=r.case.should_pass,
-                completion=r.case.completion[:500],
-                score=r.score,
-                error=r.error,
-                timed_out=r.timed_out,
-                ms=round(r.ms, 3),
-            )
-            for r in results
-        ]
-        Path(options.json).write_text(json.dumps(records, indent=1, ensure_ascii=True))
-    return 1 if verdict else 0
+    return verdict
+
+
+def _write_json(path: Path, results) -> None:
+    """Every result as a JSON record (``--json``), completions cut at 500 characters."""
+    records = [
+        dict(
+            category=r.case.category,
+            name=r.case.name,
+            row=r.case.row,
+            should_pass=r.case.should_pass,
+            completion=r.case.completion[:500],
+            score=r.score,
+            error=r.error,
+            timed_out=r.timed_out,
+            ms=round(r.ms, 3),
+        )
+        for r in results
+    ]
+    path.write_text(json.dumps(records, indent=1, ensure_ascii=True))
 
 
 if __name__ == "__main__":

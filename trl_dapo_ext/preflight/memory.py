@@ -293,77 +293,14 @@ def estimate(
     16.0
     """
     notes: list[str] = []
-    params = shape.parameters()
-    embeddings = shape.embedding_parameters()
-    if recipe.load_in_4bit:
-        weights = (params - embeddings) * NF4_BYTES + embeddings * 2
-    else:
-        weights = params * recipe.dtype_bytes
-    parts: dict[str, float] = {"weights": weights}
-    shards = recipe.num_processes if recipe.zero_stage >= 2 else 1
-    if recipe.use_peft:
-        parts["LoRA and optimizer"] = shape.lora_parameters(recipe.lora_r, recipe.lora_target_modules) * LORA_BYTES
-    else:
-        if recipe.load_in_4bit:
-            raise ValueError("a 4-bit model can only be trained with an adapter: set use_peft: true (QLoRA)")
-        # Mixed-precision AdamW: 16 bytes/parameter in all; the 16-bit weights are counted above.
-        optimizer_shards = recipe.num_processes if recipe.zero_stage >= 1 else 1
-        gradients = params * 2 / shards
-        state = params * (ADAMW_MIXED_BYTES - 4) / optimizer_shards
-        parts["optimizer and gradients"] = gradients + state
-        if recipe.zero_stage >= 3:
-            parts["weights"] = weights / recipe.num_processes
-        if recipe.beta > 0:
-            parts["reference model"] = params * 2
-    b = recipe.per_device_train_batch_size
-    tokens = recipe.prompt_length + recipe.max_completion_length
-    if recipe.gradient_checkpointing:
-        activations = b * tokens * shape.hidden * 2 * shape.layers
-        activations += b * tokens * (4 * shape.hidden + 4 * shape.intermediate) * 2 * 2
-    else:
-        activations = b * tokens * shape.layers * (10 * shape.hidden + 4 * shape.intermediate) * 2
-    parts["activations"] = activations + LM_HEAD_CHUNK
+    parts = _model_bytes(shape, recipe)
+    parts["activations"] = _activation_bytes(shape, recipe) + LM_HEAD_CHUNK
     per_position = kv_bytes_per_position(shape.layers, shape.kv_heads, shape.head_dim, recipe.dtype_bytes)
-    round_cap = recipe.dynamic_sampling_max_oversample if recipe.dynamic_sampling else 1.0
-    sequences = math.ceil(recipe.generation_batch * round_cap)
-    vllm_need = 0.0
-    if recipe.use_vllm:
-        parts["KV cache"] = 0.0
-        # vLLM holds its own 16-bit weights and at least ~2 GiB of KV cache; with less cache than one round needs it
-        # runs fewer answers at once (slower, not out of memory). Prompts are shared per group (prefix caching).
-        groups = math.ceil(sequences / recipe.num_generations)
-        cache = groups * kv_cache_bytes(
-            per_position, recipe.num_generations, recipe.prompt_length, recipe.max_completion_length, True
-        )
-        vllm_need = params * 2 + VLLM_MIN_CACHE
-        where = "on this GPU" if recipe.vllm_mode == "colocate" else "on the vLLM server's GPU, not counted here"
-        notes.append(
-            f"vLLM ({recipe.vllm_mode}, {where}): 16-bit weights {params * 2 / GIB:.2f} GiB; the KV cache of a whole round "
-            f"({sequences} answers, prompts shared per group) is {cache / GIB:.2f} GiB, below that vLLM runs fewer "
-            "answers at once"
-        )
-    else:
-        parts["KV cache"] = kv_cache_bytes(per_position, sequences, recipe.prompt_length, recipe.max_completion_length)
-    subtotal = sum(parts.values())
-    trainer = subtotal * FRAGMENTATION + CUDA_CONTEXT
-    verdicts = {}
-    for gpu, (mib, has_bf16) in GPUS.items():
-        capacity = mib * 2**20
-        need = trainer
-        extra = ""
-        if recipe.use_vllm and recipe.vllm_mode == "colocate":
-            share = max(recipe.vllm_gpu_memory_utilization * capacity, vllm_need)
-            need += share
-            if share > recipe.vllm_gpu_memory_utilization * capacity:
-                extra = f", vllm_gpu_memory_utilization >= {share / capacity:.2f}"
-        if recipe.bf16 and recipe.dtype_bytes == 2 and not has_bf16:
-            verdicts[gpu] = "no (no bf16: use fp16)"
-        elif need <= FITS * capacity:
-            verdicts[gpu] = f"fits (~{need / GIB:.0f}{extra})"
-        elif need <= TIGHT * capacity:
-            verdicts[gpu] = f"tight (~{need / GIB:.0f}{extra})"
-        else:
-            verdicts[gpu] = f"no (~{need / GIB:.0f})"
+    parts["KV cache"], vllm_need = _generation_bytes(shape, recipe, per_position, notes)
+    trainer = sum(parts.values()) * FRAGMENTATION + CUDA_CONTEXT
+    verdicts = {
+        gpu: _verdict(trainer, vllm_need, recipe, mib * 2**20, has_bf16) for gpu, (mib, has_bf16) in GPUS.items()
+    }
     length = mean_completion_length if mean_completion_length is not None else recipe.max_completion_length
     if mean_completion_length is None:
         notes.append("tokens per step assume every completion reaches max_completion_length (give a profile)")
@@ -383,3 +320,81 @@ def estimate(
         verdicts=verdicts,
         notes=notes,
     )
+
+
+def _model_bytes(shape: ModelShape, recipe: Recipe) -> dict[str, float]:
+    """Weights, and what training them costs: the adapter with its optimizer (LoRA), or gradients and AdamW state
+    (full fine-tuning, sharded by ZeRO), plus a reference model for ``beta > 0``."""
+    params = shape.parameters()
+    embeddings = shape.embedding_parameters()
+    if recipe.load_in_4bit:
+        weights = (params - embeddings) * NF4_BYTES + embeddings * 2
+    else:
+        weights = params * recipe.dtype_bytes
+    parts: dict[str, float] = {"weights": weights}
+    shards = recipe.num_processes if recipe.zero_stage >= 2 else 1
+    if recipe.use_peft:
+        parts["LoRA and optimizer"] = shape.lora_parameters(recipe.lora_r, recipe.lora_target_modules) * LORA_BYTES
+        return parts
+    if recipe.load_in_4bit:
+        raise ValueError("a 4-bit model can only be trained with an adapter: set use_peft: true (QLoRA)")
+    # Mixed-precision AdamW: 16 bytes/parameter in all; the 16-bit weights are counted above.
+    optimizer_shards = recipe.num_processes if recipe.zero_stage >= 1 else 1
+    gradients = params * 2 / shards
+    state = params * (ADAMW_MIXED_BYTES - 4) / optimizer_shards
+    parts["optimizer and gradients"] = gradients + state
+    if recipe.zero_stage >= 3:
+        parts["weights"] = weights / recipe.num_processes
+    if recipe.beta > 0:
+        parts["reference model"] = params * 2
+    return parts
+
+
+def _activation_bytes(shape: ModelShape, recipe: Recipe) -> float:
+    """Activations of one micro-batch of prompt + completion tokens (checkpointed: one hidden state per layer)."""
+    b = recipe.per_device_train_batch_size
+    tokens = recipe.prompt_length + recipe.max_completion_length
+    if recipe.gradient_checkpointing:
+        activations = b * tokens * shape.hidden * 2 * shape.layers
+        return activations + b * tokens * (4 * shape.hidden + 4 * shape.intermediate) * 2 * 2
+    return b * tokens * shape.layers * (10 * shape.hidden + 4 * shape.intermediate) * 2
+
+
+def _generation_bytes(shape: ModelShape, recipe: Recipe, per_position: float, notes: list[str]) -> tuple[float, float]:
+    """(KV cache in the training process, what vLLM needs at least): transformers generation keeps the KV cache of
+    a whole round in the trainer; vLLM holds its own weights and cache (a note says how much)."""
+    round_cap = recipe.dynamic_sampling_max_oversample if recipe.dynamic_sampling else 1.0
+    sequences = math.ceil(recipe.generation_batch * round_cap)
+    if not recipe.use_vllm:
+        return kv_cache_bytes(per_position, sequences, recipe.prompt_length, recipe.max_completion_length), 0.0
+    params = shape.parameters()
+    # vLLM holds its own 16-bit weights and at least ~2 GiB of KV cache; with less cache than one round needs it
+    # runs fewer answers at once (slower, not out of memory). Prompts are shared per group (prefix caching).
+    groups = math.ceil(sequences / recipe.num_generations)
+    cache = groups * kv_cache_bytes(
+        per_position, recipe.num_generations, recipe.prompt_length, recipe.max_completion_length, True
+    )
+    where = "on this GPU" if recipe.vllm_mode == "colocate" else "on the vLLM server's GPU, not counted here"
+    notes.append(
+        f"vLLM ({recipe.vllm_mode}, {where}): 16-bit weights {params * 2 / GIB:.2f} GiB; the KV cache of a whole round "
+        f"({sequences} answers, prompts shared per group) is {cache / GIB:.2f} GiB, below that vLLM runs fewer "
+        "answers at once"
+    )
+    return 0.0, params * 2 + VLLM_MIN_CACHE
+
+
+def _verdict(trainer: float, vllm_need: float, recipe: Recipe, capacity: float, has_bf16: bool) -> str:
+    """Whether one training process (plus colocated vLLM's share) fits a GPU of ``capacity`` bytes."""
+    need = trainer
+    extra = ""
+    if recipe.use_vllm and recipe.vllm_mode == "colocate":
+        share = max(recipe.vllm_gpu_memory_utilization * capacity, vllm_need)
+        need += share
+        if share > recipe.vllm_gpu_memory_utilization * capacity:
+            extra = f", vllm_gpu_memory_utilization >= {share / capacity:.2f}"
+    if recipe.bf16 and recipe.dtype_bytes == 2 and not has_bf16:
+        return "no (no bf16: use fp16)"
+    for verdict, limit in (("fits", FITS), ("tight", TIGHT)):
+        if need <= limit * capacity:
+            return f"{verdict} (~{need / GIB:.0f}{extra})"
+    return f"no (~{need / GIB:.0f})"

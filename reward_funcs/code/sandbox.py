@@ -29,7 +29,7 @@ import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-_CHILD = Path(__file__).with_name("_sandbox_child.py")
+_CHILD = Path(__file__).with_name("sandbox_child.py")  # run by path (stdlib only), never imported there
 _UID_BASE = 0x5C000000  # far above any real account; one fresh uid per concurrent run
 _uid_counter = itertools.count()
 _lock = threading.Lock()
@@ -279,26 +279,8 @@ def run_job(
     tests get no record). The wall-clock backstop here is per record: ``timeout_s`` plus a grace period, on top of
     the supervisor's own per-test timer, so a wedged supervisor cannot stall training.
     """
-    nonce = secrets.token_hex(16)
-    with _lock:
-        seq = next(_uid_counter)
-    uid = _UID_BASE + ((os.getpid() & 0x3FF) << 12) + (seq & 0xFFF)
-    scratch = tempfile.mkdtemp(prefix="code-sandbox-")
-    if backend == "root":
-        os.chown(scratch, uid, uid)
-    nproc = limits.max_procs
-    if backend in ("user", "ns-user"):  # RLIMIT_NPROC counts every process of the (shared) uid
-        nproc += _count_user_procs(os.getuid())
-    spec = dict(job)
-    spec.update(
-        nonce=nonce,
-        backend=backend,
-        uid=uid,
-        scratch=scratch,
-        limits={**asdict(limits), "nproc": nproc},
-        python_paths=_python_paths(site_packages),
-        preimport=list(_PREIMPORT) if backend == "root" and not _stdlib_traversable() else [],
-    )
+    spec = _job_spec(job, limits, backend, site_packages)
+    nonce, uid, scratch = spec["nonce"], spec["uid"], spec["scratch"]
     payload = json.dumps(spec).encode()
     r, w = os.pipe()
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
@@ -330,6 +312,32 @@ def run_job(
             f"sandbox supervisor failed (exit {proc.returncode}): {stderr.decode(errors='replace')[-2000:]}"
         )
     return records
+
+
+def _job_spec(job: dict, limits: Limits, backend: str, site_packages: bool) -> dict:
+    """What the supervisor reads on stdin: the job plus a fresh nonce, uid and scratch directory (made here) and the
+    limits, the paths the isolated file system must show and the modules to import before privileges drop."""
+    nonce = secrets.token_hex(16)
+    with _lock:
+        seq = next(_uid_counter)
+    uid = _UID_BASE + ((os.getpid() & 0x3FF) << 12) + (seq & 0xFFF)
+    scratch = tempfile.mkdtemp(prefix="code-sandbox-")
+    if backend == "root":
+        os.chown(scratch, uid, uid)
+    nproc = limits.max_procs
+    if backend in ("user", "ns-user"):  # RLIMIT_NPROC counts every process of the (shared) uid
+        nproc += _count_user_procs(os.getuid())
+    spec = dict(job)
+    spec.update(
+        nonce=nonce,
+        backend=backend,
+        uid=uid,
+        scratch=scratch,
+        limits={**asdict(limits), "nproc": nproc},
+        python_paths=_python_paths(site_packages),
+        preimport=list(_PREIMPORT) if backend == "root" and not _stdlib_traversable() else [],
+    )
+    return spec
 
 
 def _pump(proc, r, payload, records, stderr, nonce, limits, on_record, startup_s) -> None:

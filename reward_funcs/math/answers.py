@@ -26,24 +26,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from . import _math_extract as _ex
-from . import _math_normalize as _nz
-from ._columns import require_column
-from ._math_pool import _Task, _WorkerPool
-
-__all__ = [
-    "FORMAT_REWARD_WEIGHT",
-    "MathFormatReward",
-    "MathReward",
-    "answers_match",
-    "close_math_workers",
-    "extract_final_answer",
-    "make_math_format_reward",
-    "make_math_reward",
-    "math_answer_format_reward",
-    "math_format_reward",
-    "math_reward",
-]
+from ..inputs import completion_text, require_column
+from . import extract as _ex
+from . import normalize as _nz
+from .pool import _Task, _WorkerPool
 
 FORMAT_REWARD_WEIGHT = 0.1
 """Default weight of the format reward. Weights must stay below 1.0 (a correct answer), so a well-formatted wrong
@@ -353,7 +339,7 @@ def extract_final_answer(text: str) -> str | None:
     >>> extract_final_answer("The sum is 12.") is None
     True
     """
-    return _ex.extract_answer(_ex.completion_text(text))
+    return _ex.extract_answer(completion_text(text))
 
 
 def answers_match(
@@ -410,8 +396,7 @@ class MathReward:
         if len(golds) != len(completions):
             raise ValueError(f"got {len(completions)} completions but {len(golds)} gold answers")
         answers = [
-            _ex.extract_answer(_ex.completion_text(c), unanchored_fallback=self.unanchored_fallback)
-            for c in completions
+            _ex.extract_answer(completion_text(c), unanchored_fallback=self.unanchored_fallback) for c in completions
         ]
         pairs = [
             (_prepare(a) if a is not None else None, _prepare_gold(None if g is None else str(g)))
@@ -475,7 +460,7 @@ class MathFormatReward:
         return f"MathFormatReward(weight={self.weight}, require_think={self.require_think}, name={self.__name__!r})"
 
     def __call__(self, completions: Sequence, **kwargs) -> list[float]:
-        return [self.weight if self._well_formatted(_ex.completion_text(c)) else 0.0 for c in completions]
+        return [self.weight if self._well_formatted(completion_text(c)) else 0.0 for c in completions]
 
     def _well_formatted(self, text: str) -> bool:
         lower = text.lower()

@@ -20,8 +20,8 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-_PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_BOOT = f"import sys; sys.path.insert(0, {_PACKAGE_PARENT!r}); from reward_funcs._math_worker import main; main()"
+_PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_BOOT = f"import sys; sys.path.insert(0, {_PACKAGE_PARENT!r}); from reward_funcs.math.worker import main; main()"
 _STARTUP_TIMEOUT_S = 120.0
 _MAX_START_FAILURES = 3
 

@@ -1,4 +1,4 @@
-"""Symbolic comparison worker: runs in its own process, started and killed by `_math_pool`.
+"""Symbolic comparison worker: runs in its own process, started and killed by `reward_funcs.math.pool`.
 
 Protocol (JSON lines on stdin, short text lines on stdout):
   request  {"g": gold, "p": [[key, pred], ...], "t": timeout_s}

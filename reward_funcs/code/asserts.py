@@ -20,7 +20,7 @@ Rules (the tests are trusted dataset content and are parsed with ``ast`` in the 
 Tests that cannot be split this way (asserts inside loops or helper functions, comparisons inside comprehensions)
 become one *program* test, all or nothing: the whole test program runs in the oracle process with every solution
 name replaced by a stub that calls the candidate process with plain-data arguments and gets plain data back
-(``_sandbox_child.run_program``), so the same guarantees hold: no candidate object, frame or exit code takes part
+(``sandbox_child._Supervisor.run_program``), so the same guarantees hold: no candidate object, frame or exit code takes part
 in the verdict.
 """
 
@@ -337,81 +337,96 @@ def _program_plan(tests: str, stmts: list[ast.stmt], entry_point: str | None) ->
     return AssertPlan((), (), (), (check,), {}, program=program, solution_names=solution)
 
 
-def _split_plan(stmts: list[ast.stmt], entry_point: str | None) -> AssertPlan:
-    stmts = _lift_check_function(stmts, entry_point)
-    bound: set[str] = set()  # names bound by test statements that do not depend on the candidate
-    imports: set[str] = set()
-    candidate: set[str] = set()
-    literals: dict = {}
-    setup: list[tuple[ast.stmt, bool]] = []  # (statement, depends on candidate)
-    asserts: list[ast.Assert] = []
-    implicit_imports: set[str] = set()
+@dataclass
+class _Scan:
+    """The test statements sorted by what they depend on (see `_scan`)."""
+
+    bound: set[str] = field(default_factory=set)  # names bound by test statements that do not depend on the candidate
+    imports: set[str] = field(default_factory=set)
+    candidate: set[str] = field(default_factory=set)
+    literals: dict = field(default_factory=dict)
+    setup: list[tuple[ast.stmt, bool]] = field(default_factory=list)  # (statement, depends on candidate)
+    asserts: list[ast.Assert] = field(default_factory=list)
+    implicit_imports: set[str] = field(default_factory=set)
+
+
+def _scan(stmts: list[ast.stmt]) -> _Scan:
+    """Walk the top-level test statements once: candidate names, test-bound names, literals, setup and asserts."""
+    scan = _Scan()
     for st in stmts:
         if isinstance(st, ast.Assert):
-            asserts.append(st)
-            unknown = _used_names(st) - bound - _BUILTINS
+            scan.asserts.append(st)
+            unknown = _used_names(st) - scan.bound - _BUILTINS
         else:
             if any(isinstance(n, ast.Assert) for n in ast.walk(st)):
                 raise _NeedsProgram("asserts must be top-level statements (no loops, ifs or helper functions)")
-            unknown = _used_names(st) - bound - _BUILTINS - _bound_names(st)
+            unknown = _used_names(st) - scan.bound - _BUILTINS - _bound_names(st)
         for name in unknown:
             # `math.isclose(...)` in MBPP tests often relies on the solution's `import math`: import it test-side.
-            (implicit_imports if name in _STDLIB and name not in candidate else candidate).add(name)
+            (scan.implicit_imports if name in _STDLIB and name not in scan.candidate else scan.candidate).add(name)
         if isinstance(st, ast.Assert):
             continue
-        dep = bool(_used_names(st) & candidate)
-        setup.append((st, dep))
+        dep = bool(_used_names(st) & scan.candidate)
+        scan.setup.append((st, dep))
         names = _bound_names(st)
         if dep:
-            candidate |= names
-            bound -= names
+            scan.candidate |= names
+            scan.bound -= names
         else:
-            bound |= names
+            scan.bound |= names
             if isinstance(st, (ast.Import, ast.ImportFrom)):
-                imports |= names
+                scan.imports |= names
             if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
                 try:
-                    literals[st.targets[0].id] = ast.literal_eval(st.value)
+                    scan.literals[st.targets[0].id] = ast.literal_eval(st.value)
                 except ValueError:
-                    literals.pop(st.targets[0].id, None)
-    if not asserts:
+                    scan.literals.pop(st.targets[0].id, None)
+    if not scan.asserts:
         raise _NeedsProgram("no top-level assert statement found")
-    implicit = [ast.parse(f"import {m}").body[0] for m in sorted(implicit_imports)]
-    splitter = _Splitter(candidate, bound - imports - implicit_imports)
-    for st, dep in setup:
+    return scan
+
+
+def _split_plan(stmts: list[ast.stmt], entry_point: str | None) -> AssertPlan:
+    scan = _scan(_lift_check_function(stmts, entry_point))
+    implicit = [ast.parse(f"import {m}").body[0] for m in sorted(scan.implicit_imports)]
+    splitter = _Splitter(scan.candidate, scan.bound - scan.imports - scan.implicit_imports)
+    for st, dep in scan.setup:
         # Test statements that use the solution run in its process: allow only plain `name = <probe-like expr>`
         # (or a bare call), so no expected value or comparison is evaluated where the candidate can reach it.
         value = st.value if isinstance(st, (ast.Assign, ast.Expr)) else None
         if dep and (value is None or not (splitter.probe_ok(value) or isinstance(value, ast.Name))):
             raise _NeedsProgram(f"test statement {ast.unparse(st)[:80]!r} mixes the solution with test values")
     checks = []
-    for st in asserts:
+    for st in scan.asserts:
         first = len(splitter.probes)
         source = ast.unparse(st)  # before split() rewrites the node in place
         expr = splitter.split(st.test)
         idx = tuple(range(first, len(splitter.probes)))
         if idx:  # an assert that does not use the solution tests nothing (and would be a free pass)
-            checks.append(Check(source, ast.unparse(expr), idx, _is_simple(expr, literals)))
+            checks.append(Check(source, ast.unparse(expr), idx, _is_simple(expr, scan.literals)))
     if not checks:
         raise UnsupportedTests("no assert uses the solution")
-    # The candidate process gets the candidate-dependent statements plus the test statements they or the probes
-    # need (transitively), never the rest, so test variables holding expected values stay out of its reach.
-    needed = set().union(*(_used_names(p) for p in splitter.probes)) if splitter.probes else set()
+    oracle = implicit + [st for st, dep in scan.setup if not dep]
+    return AssertPlan(
+        probes=tuple(ast.unparse(p) for p in splitter.probes),
+        child_setup=tuple(ast.unparse(s) for s in _child_setup(scan.setup, splitter.probes, implicit)),
+        oracle_setup=tuple(ast.unparse(s) for s in oracle),
+        checks=tuple(checks),
+        literals=scan.literals,
+    )
+
+
+def _child_setup(setup: list[tuple[ast.stmt, bool]], probes: list, implicit: list[ast.stmt]) -> list[ast.stmt]:
+    """The candidate process gets the candidate-dependent statements plus the test statements they or the probes
+    need (transitively), never the rest, so test variables holding expected values stay out of its reach."""
+    needed = set().union(*(_used_names(p) for p in probes)) if probes else set()
     child: list[ast.stmt] = []
     for st, dep in reversed(setup):
         if dep or (_bound_names(st) & needed):
             child.append(st)
             needed |= _used_names(st)
     child.reverse()
-    child = [s for s in implicit if _bound_names(s) & needed] + child
-    oracle = implicit + [st for st, dep in setup if not dep]
-    return AssertPlan(
-        probes=tuple(ast.unparse(p) for p in splitter.probes),
-        child_setup=tuple(ast.unparse(s) for s in child),
-        oracle_setup=tuple(ast.unparse(s) for s in oracle),
-        checks=tuple(checks),
-        literals=literals,
-    )
+    return [s for s in implicit if _bound_names(s) & needed] + child
 
 
 def eval_simple(expr: str, values: dict, literals: dict):

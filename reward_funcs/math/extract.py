@@ -45,28 +45,6 @@ class _Anchor:
     kind: str  # "box" | "tag" | "line" | "phrase" | "gsm8k"
 
 
-def completion_text(completion) -> str:
-    """Text of a plain or conversational completion (the last assistant message)."""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, dict):
-        return _content_text(completion.get("content", ""))
-    if isinstance(completion, (list, tuple)):
-        msgs = [m for m in completion if isinstance(m, dict)]
-        assistant = [m for m in msgs if m.get("role", "assistant") == "assistant"]
-        chosen = assistant[-1] if assistant else (msgs[-1] if msgs else None)
-        return _content_text(chosen.get("content", "")) if chosen else ""
-    raise TypeError(f"a completion must be a string or a list of messages, got {type(completion).__name__}")
-
-
-def _content_text(content) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # multimodal parts: keep the text ones
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type", "text") == "text")
-    return "" if content is None else str(content)
-
-
 def strip_think(text: str) -> str | None:
     """Remove `<think>...</think>` blocks; None when a `<think>` is never closed.
 

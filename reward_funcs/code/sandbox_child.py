@@ -1,4 +1,4 @@
-"""Sandbox supervisor and test runner, started by the parent as ``python -I -S _sandbox_child.py RESULT_FD``.
+"""Sandbox supervisor and test runner, started by the parent as ``python -I -S sandbox_child.py RESULT_FD``.
 
 Standard library only: it is started by path with ``-I`` and must not import the package (nor can it, once the
 file system is replaced). Two roles live in this file because the candidate process is a ``fork`` of the
@@ -18,7 +18,8 @@ supervisor (no second interpreter start):
   on a pipe only the oracle and the supervisor hold; the oracle is not dumpable, so a candidate running under the
   same uid can neither read its memory nor reach its file descriptors, only kill it (a failure).
 
-The parent (``_sandbox.py``) imports this module only for the plain-data codec (``encode_value``) constants.
+The parent side (``sandbox.py``, ``runner.py``) imports this module only for the plain-data codec (``encode_value``,
+``decode_value``).
 """
 
 from __future__ import annotations

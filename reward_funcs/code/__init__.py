@@ -1,0 +1,7 @@
+"""Code rewards: run model-written Python against unit tests in a sandbox it cannot escape or fool.
+
+Modules: ``extract`` (the code block of a completion), ``formats`` (test formats and output comparisons),
+``asserts`` (assert-style tests split into probes and checks), ``runner`` (a test run and its per-test outcomes),
+``sandbox`` (the parent side: backends, launch, deadlines, clean-up), ``sandbox_child`` (the supervisor, candidate
+and oracle processes; standard library only, started by path), ``reward`` (the TRL reward functions).
+"""
