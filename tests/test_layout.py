@@ -43,3 +43,26 @@ def test_public_api_is_the_config_the_trainer_and_the_exceptions():
         assert issubclass(getattr(trl_dapo_ext, name), Exception), name
     assert {"DynamicSamplingExhausted", "RewardFunctionError", "TRLCompatibilityError"} <= exceptions
     assert {"UnsupportedBackendError", "MissingColumnError"} <= exceptions
+
+
+def _listed_modules(text: str) -> tuple[str, set[str]]:
+    """The ```text block after the layout heading, and the module paths its indented tree names."""
+    block = text.split("```text\n", 1)[1].split("```", 1)[0]
+    listed, stack = set(), []
+    for line in block.splitlines():
+        depth = (len(line) - len(line.lstrip())) // 2
+        stack = stack[:depth] + [line.split()[0]]
+        if stack[-1].endswith(".py"):
+            listed.add("".join(stack))
+    return block, listed
+
+
+def test_the_layout_in_the_readme_and_docs_matches_the_tree():
+    root = Path(__file__).resolve().parents[1]
+    modules = {
+        str(p.relative_to(root)) for pkg in ("trl_dapo_ext", "reward_funcs") for p in (root / pkg).rglob("*.py")
+    }
+    readme_block, readme_listed = _listed_modules((root / "README.md").read_text().split("## Layout", 1)[1])
+    docs_block, _ = _listed_modules((root / "docs" / "layout.md").read_text())
+    assert readme_listed == modules, (sorted(modules - readme_listed), sorted(readme_listed - modules))
+    assert docs_block == readme_block  # one tree, shown in both places
