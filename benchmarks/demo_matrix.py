@@ -5,7 +5,7 @@ The demo's gain must not hinge on which float kernels a CPU has, so this runs it
 records, per run, held-out sampled accuracy before and after RL, the gain, the wall time and the CPU time of the whole
 process tree (the demo and its verifier workers; on a shared machine the CPU time is the fair measure).
 
-    python benchmarks/demo_matrix.py --seeds 0 1 2 --jobs 2            # the README's 9 runs
+    python benchmarks/demo_matrix.py --seeds 0 1 2 --jobs 1            # the README's 9 runs, one at a time
     python benchmarks/demo_matrix.py --seeds 0 --paths default -- --quick   # extra demo options after --
 """
 
@@ -53,7 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS))
-    parser.add_argument("--jobs", type=int, default=1, help="runs at once (each is single-threaded)")
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="runs at once (each on the demo's --threads: 2 by default, 1 with --quick)"
+    )
     parser.add_argument("--output-dir", default=None, help="where the runs go (default: a temporary directory)")
     parser.add_argument("demo_args", nargs="*", help="extra `trl-dapo demo` options, after --")
     options = parser.parse_args(argv)

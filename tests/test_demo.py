@@ -19,9 +19,10 @@ MIN_GAIN_POINTS = 1.0
 def test_quick_demo_runs_end_to_end(tmp_path):
     """The quick run finishes, saves the policy and the report, and RL raises held-out sampled accuracy.
 
-    Why the learning assertion holds on any CPU: (1) the warm start stops at a target greedy accuracy instead of
-    after a fixed number of steps, so RL starts from about the same strength on every seed and CPU kernel path (a
-    fixed step count gave 44% to 61% greedy across kernel paths); (2) RL is gentle (lr 1e-4 after a 10-step warm-up):
+    Why the learning assertion holds on any CPU: (1) the warm start (a clean teacher's answers, unlike the full demo's
+    noisy teacher, so it takes half the steps) stops at a target greedy accuracy instead of after a fixed number of
+    steps, so RL starts from about the same strength on every seed and CPU kernel path (a fixed step count gave 44%
+    to 61% greedy across kernel paths); (2) RL is gentle (lr 1e-4 after a 10-step warm-up, one thread):
     at 2e-4 and above its first 100-150 steps can unsettle the policy before it gains, at 1e-4 the held-out accuracy
     rose at every checkpoint; (3) accuracy is measured on 500 held-out problems x 8 samples (4,000 completions) with
     the same random numbers before and after RL, so the difference is the policy's, not the draw's. Measured on a
@@ -65,3 +66,44 @@ def test_warm_start_without_a_target_runs_its_steps(tmp_path):
             output_dir=str(tmp_path), warm_start_target=target, sft_steps=4, sft_check_every=2, sft_check_problems=8
         )
         assert demo.warm_start(model, tokenizer, _rows(256), settings) == 4
+
+
+def test_imperfect_teacher_changes_digits_at_its_rate_and_never_the_answer():
+    rows = _rows(4000)
+    noisy = demo.imperfect_teacher(rows, noise=0.25, seed=3)
+    assert [r["answer"] for r in noisy] == [r["answer"] for r in rows]  # the verifier's column stays right
+    assert [r["prompt"] for r in noisy] == [r["prompt"] for r in rows]
+    changed = total = 0
+    for row, teacher in zip(rows, noisy):
+        written = teacher["completion"].removeprefix("#### ")
+        assert teacher["completion"].startswith("#### ") and len(written) == len(row["answer"])
+        total += len(written)
+        changed += sum(a != b for a, b in zip(written, row["answer"]))
+    # About 10,600 digits: the changed share is within 5 standard errors (0.021) of the rate.
+    assert abs(changed / total - 0.25) < 5 * (0.25 * 0.75 / total) ** 0.5
+    assert demo.imperfect_teacher(rows, noise=0.25, seed=3) == noisy  # seeded
+    assert demo.imperfect_teacher(rows, noise=0.0, seed=3) == rows
+
+
+@pytest.mark.parametrize("noise", [-0.1, 1.0, 1.5])
+def test_imperfect_teacher_rejects_a_noise_that_is_not_a_probability(noise):
+    with pytest.raises(ValueError, match="probability per answer digit"):
+        demo.imperfect_teacher(_rows(4), noise=noise, seed=0)
+
+
+def test_demo_flag_rejects_a_teacher_noise_that_is_not_a_probability(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        demo.main(["--teacher-noise", "1.5"])
+    assert exit_info.value.code == 2
+    assert "--teacher-noise must be in [0, 1)" in capsys.readouterr().err
+
+
+def test_rl_schedule_decays_the_last_steps_and_the_quick_run_stays_constant():
+    full = demo.DemoSettings()
+    assert demo._schedule(full) == dict(
+        lr_scheduler_type="warmup_stable_decay", lr_scheduler_kwargs={"num_decay_steps": full.decay_steps}
+    )
+    short = demo.DemoSettings(rl_steps=50, warmup_steps=10)  # fewer steps than the decay: decay all after warm-up
+    assert demo._schedule(short)["lr_scheduler_kwargs"] == {"num_decay_steps": 40}
+    quick = demo.DemoSettings(**demo.QUICK)
+    assert demo._schedule(quick) == dict(lr_scheduler_type="constant_with_warmup")

@@ -44,25 +44,44 @@ class DemoSettings:
     # sft_steps). A fixed 200 steps ended anywhere from 26% to 51% greedy across seeds and CPUs; the target is where
     # the seeds that gained most started from (about 50% greedy, 25% sampled).
     warm_start_target: float | None = 0.5
+    # The warm start imitates an imperfect teacher: each digit of a warm-start answer is replaced by a different random
+    # digit with this probability, so about half of the teacher's answers are wrong. Its policy knows the right answer
+    # more often than it samples it, and RL with the verifier has to go past the teacher. From a clean teacher's
+    # policy, an lr fast enough for a 5-minute run broke some seeds' policies within a few steps.
+    teacher_noise: float = 0.25
     sft_steps: int = 600
     sft_check_every: int = 25
     sft_check_problems: int = 256
-    rl_steps: int = 800
+    rl_steps: int = 500
     prompts_per_step: int = 16
     num_generations: int = 8
-    learning_rate: float = 4e-4  # 3e-4 learned slower (+30.5 points), 2e-4 slower still; see the README
+    learning_rate: float = 3e-4
     warmup_steps: int = 0  # linear learning-rate warm-up of the RL stage
+    # The last decay_steps steps anneal the lr to 0 (cosine; 0: constant to the end). At a constant lr the held-out
+    # accuracy of late checkpoints swung by up to 8 points from one 50-step checkpoint to the next; the decay settles
+    # the policy on where it was heading.
+    decay_steps: int = 200
     eval_samples: int = 8  # sampled completions per held-out problem (pass@k's k)
-    # torch threads. One by default: results are deterministic for a seed, a kernel path and a thread count, and
-    # oversubscribed threads on a busy machine run far slower than one; 2 speeds a run up on a quiet 2-core machine.
-    threads: int = 1
+    # torch threads. Results are deterministic for a seed, a kernel path and a thread count. Two make a step about 1.45x
+    # faster than one on a quiet 2-core machine; on a busy machine oversubscribed threads run far slower than one.
+    threads: int = 2
     compare: bool = False
 
 
-# A smoke run that must gain on every seed and CPU: the same warm start, then a short, gentle RL stage. At 2e-4 and above
-# the first 100-150 steps of RL can unsettle the policy (held-out accuracy dips before it gains); at 1e-4 with a
-# warm-up it gained at every checkpoint. 500 problems x 8 samples, paired before/after: 4,000 completions each.
-QUICK = dict(held_out=500, rl_steps=150, eval_samples=8, learning_rate=1e-4, warmup_steps=10)
+# A smoke run that must gain on every seed and CPU: a clean teacher's warm start (half the steps of the noisy one), then
+# a short, gentle RL stage on one thread. At 2e-4 and above the first 100-150 steps of RL from that warm start can
+# unsettle the policy (held-out accuracy dips before it gains); at 1e-4 with a warm-up it gained at every checkpoint.
+# 500 problems x 8 samples, paired before/after: 4,000 completions each.
+QUICK = dict(
+    held_out=500,
+    rl_steps=150,
+    eval_samples=8,
+    learning_rate=1e-4,
+    warmup_steps=10,
+    decay_steps=0,
+    teacher_noise=0.0,
+    threads=1,
+)
 
 
 QUICK_NOTE = (
@@ -108,7 +127,17 @@ def main(argv: list[str] | None = None, prog: str = "trl-dapo demo") -> int:
         help=f"RL learning rate (default {d.learning_rate:g}; {q['learning_rate']:g} with --quick)",
     )
     parser.add_argument(
-        "--threads", type=int, default=None, help=f"torch threads (default {d.threads}; 2 on a quiet 2-core machine)"
+        "--teacher-noise",
+        type=float,
+        default=None,
+        help="probability that the warm-start teacher writes a wrong digit, per answer digit "
+        f"(default {d.teacher_noise:g}; {q['teacher_noise']:g} with --quick)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help=f"torch threads (default {d.threads}; {q['threads']} with --quick; 1 on a busy machine)",
     )
     parser.add_argument(
         "--quick",
@@ -116,13 +145,22 @@ def main(argv: list[str] | None = None, prog: str = "trl-dapo demo") -> int:
         help=f"a smoke run of a few minutes that checks the pipeline, not learning: {quick} (other flags still win)",
     )
     options = parser.parse_args(argv)
+    if options.teacher_noise is not None and not 0.0 <= options.teacher_noise < 1.0:
+        parser.error(
+            f"--teacher-noise must be in [0, 1) (a probability per answer digit), got {options.teacher_noise}"
+        )
 
     settings = DemoSettings(output_dir=options.output_dir, seed=options.seed, compare=options.compare)
     if options.quick:
         for key, value in QUICK.items():
             setattr(settings, key, value)
     # Explicit flags win over --quick's settings.
-    for flag, field in (("model_size", "model_size"), ("steps", "rl_steps"), ("threads", "threads")):
+    for flag, field in (
+        ("model_size", "model_size"),
+        ("steps", "rl_steps"),
+        ("threads", "threads"),
+        ("teacher_noise", "teacher_noise"),
+    ):
         if getattr(options, flag) is not None:
             setattr(settings, field, getattr(options, flag))
     if options.sft_steps is not None:
@@ -155,6 +193,27 @@ def make_problems(count: int, seed: int) -> list[dict[str, str]]:
     pairs = [(a, b) for a in range(10, 100) for b in range(10, 100)]
     random.Random(seed).shuffle(pairs)
     return [{"prompt": f"{a}+{b}=", "answer": str(a + b), "completion": f"#### {a + b}"} for a, b in pairs[:count]]
+
+
+def imperfect_teacher(rows: list[dict[str, str]], noise: float, seed: int) -> list[dict[str, str]]:
+    """``rows`` whose completions replace each answer digit by a different random digit with probability ``noise``.
+
+    The ``answer`` column stays right: only what the warm start imitates is noisy, never what the verifier checks.
+
+    >>> rows = imperfect_teacher(make_problems(1000, seed=0), noise=0.25, seed=0)
+    >>> rows[1]
+    {'prompt': '31+51=', 'answer': '82', 'completion': '#### 53'}
+    >>> sum(r["completion"] == "#### " + r["answer"] for r in rows) / len(rows)  # 0.75**2 to 0.75**3
+    0.457
+    """
+    if not 0.0 <= noise < 1.0:
+        raise ValueError(f"teacher noise must be in [0, 1), got {noise}: it is a probability per answer digit")
+    rng = random.Random(1000 + seed)
+
+    def noisy(digit: str) -> str:
+        return digit if rng.random() >= noise else rng.choice([d for d in "0123456789" if d != digit])
+
+    return [{**row, "completion": "#### " + "".join(noisy(d) for d in row["answer"])} for row in rows]
 
 
 def build_tokenizer_and_model(size: str, seed: int):
@@ -319,8 +378,8 @@ def reinforce(model, tokenizer, train_rows, settings: DemoSettings, dapo: bool, 
         num_generations=settings.num_generations,
         max_completion_length=6,
         learning_rate=settings.learning_rate,
-        lr_scheduler_type="constant_with_warmup",  # constant after warmup_steps (0: constant from the start)
         warmup_steps=settings.warmup_steps,
+        **_schedule(settings),
         beta=0.0,
         temperature=1.0,
         save_strategy="steps",
@@ -348,6 +407,14 @@ def reinforce(model, tokenizer, train_rows, settings: DemoSettings, dapo: bool, 
         frac_zero_variance_attempted=1 - sum(attempted_zero) / max(len(attempted_zero), 1),
         frac_zero_std_trained=sum(zero_std) / max(len(zero_std), 1),
     )
+
+
+def _schedule(settings: DemoSettings) -> dict:
+    """The RL lr schedule: warm-up, constant, then a cosine decay to 0 over the last ``decay_steps`` steps."""
+    decay = min(settings.decay_steps, settings.rl_steps - settings.warmup_steps)
+    if decay <= 0:
+        return dict(lr_scheduler_type="constant_with_warmup")  # constant after warmup_steps
+    return dict(lr_scheduler_type="warmup_stable_decay", lr_scheduler_kwargs={"num_decay_steps": decay})
 
 
 class _CountingReward:
@@ -378,8 +445,12 @@ def run_demo(settings: DemoSettings) -> dict:
     problems = make_problems(settings.num_problems, settings.seed)
     held_out, rest = problems[: settings.held_out], problems[settings.held_out :]
     sft_rows, rl_rows = rest[: len(rest) // 2], rest[len(rest) // 2 :]
+    if settings.teacher_noise:
+        sft_rows = imperfect_teacher(sft_rows, settings.teacher_noise, settings.seed)
+    teacher = sum(r["completion"] == "#### " + r["answer"] for r in sft_rows) / len(sft_rows)
     print(
-        f"data: {len(held_out)} held out, {len(sft_rows)} warm start, {len(rl_rows)} RL prompts (two-digit addition)"
+        f"data: {len(held_out)} held out, {len(sft_rows)} warm start (teacher {teacher:.0%} right), "
+        f"{len(rl_rows)} RL prompts (two-digit addition)"
     )
 
     tokenizer, model = build_tokenizer_and_model(settings.model_size, settings.seed)
