@@ -20,7 +20,7 @@ def test_quick_demo_runs_end_to_end(tmp_path):
     """The quick run finishes, saves the policy and the report, and RL raises held-out sampled accuracy.
 
     Why the learning assertion holds on any CPU: (1) the warm start (a clean teacher's answers, unlike the full demo's
-    noisy teacher, so it takes half the steps) stops at a target greedy accuracy instead of after a fixed number of
+    noisy teacher, so it takes fewer steps) stops at a target greedy accuracy instead of after a fixed number of
     steps, so RL starts from about the same strength on every seed and CPU kernel path (a fixed step count gave 44%
     to 61% greedy across kernel paths); (2) RL is gentle (lr 1e-4 after a 10-step warm-up, one thread):
     at 2e-4 and above its first 100-150 steps can unsettle the policy before it gains, at 1e-4 the held-out accuracy

@@ -69,7 +69,7 @@ class DemoSettings:
     compare: bool = False
 
 
-# A smoke run that must gain on every seed and CPU: a clean teacher's warm start (half the steps of the noisy one), then
+# A smoke run that must gain on every seed and CPU: a clean teacher's warm start (fewer steps than the noisy one), then
 # a short, gentle RL stage on one thread. At 2e-4 and above the first 100-150 steps of RL from that warm start can
 # unsettle the policy (held-out accuracy dips before it gains); at 1e-4 with a warm-up it gained at every checkpoint.
 # 500 problems x 8 samples, paired before/after: 4,000 completions each.
