@@ -64,7 +64,7 @@ class DemoSettings:
     decay_steps: int = 200
     eval_samples: int = 8  # sampled completions per held-out problem (pass@k's k)
     # torch threads. Results are deterministic for a seed, a kernel path and a thread count. Two make a step about
-    # 1.45x faster than one on a quiet 2-core machine; on a busy machine oversubscribed threads run far slower than one.
+    # 1.45x faster than one on a quiet 2-core machine; on a busy machine oversubscribed threads run far slower.
     threads: int = 2
     compare: bool = False
 
