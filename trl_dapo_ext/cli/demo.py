@@ -146,10 +146,11 @@ def main(argv: list[str] | None = None, prog: str = "trl-dapo demo") -> int:
         help=f"a smoke run of a few minutes that checks the pipeline, not learning: {quick} (other flags still win)",
     )
     options = parser.parse_args(argv)
-    if options.teacher_noise is not None and not 0.0 <= options.teacher_noise < 1.0:
-        parser.error(
-            f"--teacher-noise must be in [0, 1) (a probability per answer digit), got {options.teacher_noise}"
-        )
+    if options.teacher_noise is not None:
+        try:
+            check_teacher_noise(options.teacher_noise, name="--teacher-noise")
+        except ValueError as error:
+            parser.error(str(error))
 
     settings = DemoSettings(output_dir=options.output_dir, seed=options.seed, compare=options.compare)
     if options.quick:
@@ -196,6 +197,12 @@ def make_problems(count: int, seed: int) -> list[dict[str, str]]:
     return [{"prompt": f"{a}+{b}=", "answer": str(a + b), "completion": f"#### {a + b}"} for a, b in pairs[:count]]
 
 
+def check_teacher_noise(noise: float, name: str = "teacher noise") -> None:
+    """Raises ``ValueError`` unless ``noise`` is a probability below 1 (at 1 every answer digit would be wrong)."""
+    if not 0.0 <= noise < 1.0:
+        raise ValueError(f"{name} must be in [0, 1) (a probability per answer digit), got {noise}")
+
+
 def imperfect_teacher(rows: list[dict[str, str]], noise: float, seed: int) -> list[dict[str, str]]:
     """``rows`` whose completions replace each answer digit by a different random digit with probability ``noise``.
 
@@ -207,8 +214,7 @@ def imperfect_teacher(rows: list[dict[str, str]], noise: float, seed: int) -> li
     >>> sum(r["completion"] == "#### " + r["answer"] for r in rows) / len(rows)  # 0.75**2 to 0.75**3
     0.457
     """
-    if not 0.0 <= noise < 1.0:
-        raise ValueError(f"teacher noise must be in [0, 1), got {noise}: it is a probability per answer digit")
+    check_teacher_noise(noise)
     rng = random.Random(1000 + seed)
 
     def noisy(digit: str) -> str:
@@ -446,8 +452,7 @@ def run_demo(settings: DemoSettings) -> dict:
     problems = make_problems(settings.num_problems, settings.seed)
     held_out, rest = problems[: settings.held_out], problems[settings.held_out :]
     sft_rows, rl_rows = rest[: len(rest) // 2], rest[len(rest) // 2 :]
-    if settings.teacher_noise:
-        sft_rows = imperfect_teacher(sft_rows, settings.teacher_noise, settings.seed)
+    sft_rows = imperfect_teacher(sft_rows, settings.teacher_noise, settings.seed)  # noise 0: the clean answers
     teacher = sum(r["completion"] == "#### " + r["answer"] for r in sft_rows) / len(sft_rows)
     print(
         f"data: {len(held_out)} held out, {len(sft_rows)} warm start (teacher {teacher:.0%} right), "
