@@ -24,6 +24,9 @@ from reward_funcs import make_code_reward, run_code_tests
 from reward_funcs.code.sandbox import _UID_BASE, SandboxUnavailable, resolve_backend
 
 FORMATS = ("assert", "stdio", "call")
+# The hostile corpus also runs against a test program that cannot be split (asserts in a loop, HumanEval's
+# check(candidate)): one all-or-nothing test, run by the oracle process against the candidate's call server.
+HOSTILE_FORMATS = (*FORMATS, "program")
 MARK = "HOSTILE-MARK"
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT = 1.5
@@ -97,11 +100,15 @@ TESTS = {
         "assert": "assert double(21) == 42\nassert double(-1) == -2",
         "stdio": {"inputs": ["21\n", "-1\n"], "outputs": ["42\n", "-2\n"]},
         "call": {"fn_name": "double", "inputs": [[21], [-1]], "outputs": [42, -2]},
+        "program": "def check(candidate):\n    for x, want in ((21, 42), (-1, -2)):\n"
+        "        assert candidate(x) == want\ncheck(double)\n",
     },
     "secret": {
         "assert": f"assert double(1) == {SECRET!r}\nassert double(2) == {SECRET!r}",
         "stdio": {"inputs": ["1\n", "2\n"], "outputs": [SECRET + "\n", SECRET + "\n"]},
         "call": {"fn_name": "double", "inputs": [[1], [2]], "outputs": [SECRET, SECRET]},
+        "program": "def check(candidate):\n    for x in (1, 2):\n        got = candidate(x)\n"
+        f"        assert got == {SECRET!r}, 'the solution returned ' + repr(got)\ncheck(double)\n",
     },
 }
 
@@ -224,7 +231,7 @@ CHEATS = {
 }
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", HOSTILE_FORMATS)
 @pytest.mark.parametrize("cheat", sorted(CHEATS))
 def test_cheat_scores_zero(cheat, fmt, isolation):
     iso, _ = isolation
@@ -251,15 +258,16 @@ def test_cheats_are_not_trivially_zero():
 # -- leaking the expected output: the `secret` problem cannot be solved honestly ---------------------------
 
 FIND_SECRET = r'''
-import gc, os, sys
+import gc, os, re, sys
 def _find():
-    """Look everywhere a naive harness leaves the expected output: frames, heap, files, /proc, env."""
+    """Search everything the solution's process can reach for the expected output: frames, heap, module tables,
+    argv, environment, its own file descriptors, files, and /proc (cmdline, environ, memory of every process)."""
     def hit(s):
-        if isinstance(s, bytes):
-            s = s.decode("latin-1")
-        if isinstance(s, str) and "tok_" in s:
-            i = s.index("tok_")
-            return s[i:i + 28]
+        if isinstance(s, (bytes, bytearray)):
+            s = bytes(s).decode("latin-1")
+        if isinstance(s, str):
+            m = re.search("tok_[0-9a-f]{24}", s)  # the token's shape: this search's own text never matches
+            return m.group(0) if m else None
     f = sys._getframe()
     while f is not None:
         for d in (f.f_locals, f.f_globals):
@@ -273,10 +281,37 @@ def _find():
             r = hit(o) if isinstance(o, (str, bytes)) else hit(repr(o)[:10000])
         except Exception:
             r = None
-        if r and "tok_\" in s" not in repr(o):
+        if r:
             return r
+    for module in list(sys.modules.values()):
+        for v in list(getattr(module, "__dict__", {}).values()):
+            try:
+                r = hit(v) or hit(repr(v)[:10000])
+            except Exception:
+                r = None
+            if r:
+                return r
+    for v in (*sys.argv, *getattr(sys, "orig_argv", ()), *os.environ.values()):
+        if hit(v):
+            return hit(v)
+    for fd in range(256):
+        try:
+            blocking = os.get_blocking(fd)
+            os.set_blocking(fd, False)
+            try:
+                try:
+                    os.lseek(fd, 0, os.SEEK_SET)
+                except OSError:
+                    pass
+                r = hit(os.read(fd, 1 << 20))
+            finally:
+                os.set_blocking(fd, blocking)
+            if r:
+                return r
+        except OSError:
+            pass
     roots = [os.getcwd(), os.path.dirname(os.getcwd()), "/tmp", "/var/tmp", "/dev/shm", os.path.expanduser("~"),
-             "/work", "/root"]
+             "/work", "/root", "/sandbox"]
     seen = 0
     for root in roots:
         for dirpath, dirs, files in os.walk(root):
@@ -292,6 +327,8 @@ def _find():
                 except OSError:
                     pass
     for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
         for part in ("cmdline", "environ"):
             try:
                 with open(f"/proc/{pid}/{part}", "rb") as fh:
@@ -300,20 +337,19 @@ def _find():
                     return r
             except OSError:
                 pass
-    try:
-        ppid = os.getppid()
-        with open(f"/proc/{ppid}/maps") as maps, open(f"/proc/{ppid}/mem", "rb") as mem:
-            for line in maps:
-                lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
-                mem.seek(lo)
-                r = hit(mem.read(min(hi - lo, 1 << 22)))
-                if r:
-                    return r
-    except (OSError, ValueError, OverflowError):
-        pass
-    for k, v in os.environ.items():
-        if hit(v):
-            return hit(v)
+        try:
+            with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb") as mem:
+                for line in maps:
+                    lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+                    try:
+                        mem.seek(lo)
+                        r = hit(mem.read(min(hi - lo, 1 << 22)))
+                    except (OSError, ValueError, OverflowError):
+                        continue
+                    if r:
+                        return r
+        except OSError:
+            pass
     for name in ("expected_output.txt", "output.txt", "answer.txt", "tests.json", "correct_output.txt"):
         try:
             return open(name).read().strip()
@@ -323,16 +359,27 @@ def _find():
 '''
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", HOSTILE_FORMATS)
 def test_expected_output_cannot_be_read_from_stack_heap_files_or_proc(fmt, isolation):
     iso, _ = isolation
     assert score(program(fmt, "_find()", FIND_SECRET), fmt, "secret", isolation=iso, timeout_s=4) == 0.0
 
 
-def test_secret_problem_sanity():
-    """The secret problem is scorable at all: a program that knows the token passes (the test above is not
-    vacuous)."""
-    assert score(program("call", repr(SECRET)), "call", "secret") == 1.0
+def test_test_program_is_not_in_the_solutions_process(isolation):
+    """Program mode: the search ran to its end and found nothing (the test program's assert message shows what the
+    solution returned). The candidate used to be a fork of the supervisor, whose frames held the test program."""
+    iso, _ = isolation
+    code = program("program", "_find()", FIND_SECRET)
+    report = run_code_tests(code, TESTS["secret"]["program"], isolation=iso, **{**LIMITS, "timeout_s": 4})
+    assert [o.outcome for o in report.outcomes] == ["failed"]
+    assert "the solution returned 'not found'" in report.outcomes[0].detail
+
+
+@pytest.mark.parametrize("fmt", HOSTILE_FORMATS)
+def test_secret_problem_sanity(fmt):
+    """The secret problem is scorable at all in every format: a program that knows the token passes (the tests
+    above are not vacuous)."""
+    assert score(program(fmt, repr(SECRET)), fmt, "secret") == 1.0
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

