@@ -37,6 +37,8 @@ class DAPOConfig(GRPOConfig):
 
     overlong_buffer_length (`int` or `None`, defaults to `None`):
         Width `L_cache` (tokens) of the soft-penalty zone before `max_completion_length`. `None` disables shaping.
+        A completion that no task reward scored (all returned None) gets no penalty: it stays unscorable, left out
+        of the advantages as TRL leaves it without shaping.
     overlong_penalty_factor (`float`, defaults to `1.0`):
         Penalty at the length limit; it falls linearly from 0 to `-overlong_penalty_factor` across the buffer.
 
@@ -104,7 +106,8 @@ class DAPOConfig(GRPOConfig):
         metadata={
             "help": "DAPO overlong reward shaping: width in tokens of the soft-penalty buffer before "
             "max_completion_length (L_cache in DAPO Eq. 13). The penalty is added to the reward before advantages "
-            "and logged as rewards/overlong_penalty. None disables it."
+            "and logged as rewards/overlong_penalty; a completion no task reward scored (all None) gets none and "
+            "stays out of the advantages. None disables it."
         },
     )
     overlong_penalty_factor: float = field(

@@ -147,7 +147,8 @@ SECTIONS: tuple[Section, ...] = (
             ),
             Metric(
                 "length/overlong_penalty_mean",
-                "mean overlong penalty over all completions, in `[-overlong_penalty_factor, 0]`",
+                "mean overlong penalty over scorable completions, in `[-overlong_penalty_factor, 0]` (a completion "
+                "no task reward scored gets none)",
                 "close to 0",
                 "overlong",
             ),

@@ -31,7 +31,7 @@ from .core.metrics import (
     peak_memory_gb,
     token_metrics,
 )
-from .core.overlong import OverlongPenalty
+from .core.overlong import OverlongPenalty, penalty_only_where_scored
 from .dynamic_sampling.assembly import _Round
 from .dynamic_sampling.rounds import DynamicSamplingMixin, _with_prompt_index
 from .metric_names import N
@@ -56,6 +56,9 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
     * ``_calculate_rewards``: calls ``super()`` and keeps the gathered ``(N_global, n_funcs)`` reward matrix and the
       round's completions, which TRL does not return from a generation round; while it runs, each reward function is
       guarded so that an exception it raises names the function and the step (errors from elsewhere pass unchanged).
+      With overlong shaping it returns the matrix with the penalty NaN on rows that no task reward scored, so TRL's
+      own rule for unscorable rows (every column NaN: left out of the baseline, advantage 0) holds for them, in every
+      path that reads the matrix (TRL's advantages, this package's estimators, dynamic sampling's batch).
     * ``_generate_and_score_completions``: without dynamic sampling, one ``super()`` call, then the configured advantage
       estimator. With it (training only), ``super()`` once per generation round, keeping the informative groups, until
       the batch is full or the round budget is spent; then advantages, ``num_items_in_batch`` and TRL's batch metrics
@@ -103,10 +106,12 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
         self._last_round: _Round | None = None
         # Columns of the reward matrix that score the task (everything but our overlong penalty).
         self.task_reward_indices = list(range(len(self.reward_funcs)))
+        self.overlong_column: int | None = None  # the penalty's column, appended last
         if args.overlong_buffer_length is not None:
             self._append_reward_function(
                 OverlongPenalty(args.max_completion_length, args.overlong_buffer_length, args.overlong_penalty_factor)
             )
+            self.overlong_column = len(self.reward_funcs) - 1
         if args.dynamic_sampling:
             self._setup_dynamic_sampling()
         self.step_timer: StepTimer | None = None
@@ -138,6 +143,12 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
                 rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         finally:
             self.reward_funcs = user_funcs
+        if self.overlong_column is not None:
+            # The length penalty shapes a task reward; where none scored the row, it must stay unscorable (TRL: every
+            # column NaN) instead of being trained on its length alone. TRL computes its advantages from this return.
+            rewards_per_func = penalty_only_where_scored(
+                rewards_per_func, self.overlong_column, self.task_reward_indices
+            )
         self._last_round = _Round(rewards_per_func=rewards_per_func, completion_ids=completion_ids_list)
         return rewards_per_func
 
@@ -278,8 +289,8 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
             k=args.diagnostics_pass_k,
         )
         penalty = None
-        if args.overlong_buffer_length is not None:
-            penalty = gather(update_rewards[:, -1].to(device)).cpu()  # the overlong column is appended last
+        if self.overlong_column is not None:  # NaN on unscorable rows, which the length/ means leave out
+            penalty = gather(update_rewards[:, self.overlong_column].to(device)).cpu()
         metrics.update(
             length_metrics(
                 gather(lengths.to(device)).cpu(),

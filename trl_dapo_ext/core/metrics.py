@@ -154,8 +154,8 @@ def length_metrics(
         lengths: ``(N,)`` completion lengths in tokens, EOS included (TRL's ``len(completion_ids[i])``).
         truncated: ``(N,)`` bool, True where generation hit the cap before EOS (TRL's ``is_truncated``).
         task_rewards: ``(N,)`` task rewards without the length penalty (NaN = unscorable), or None.
-        penalty: ``(N,)`` overlong penalty added to the task reward (values in ``[-factor, 0]``), or None when
-            shaping is off.
+        penalty: ``(N,)`` overlong penalty added to the task reward (values in ``[-factor, 0]``; NaN where no task
+            reward scored the completion), or None when shaping is off.
         max_length, buffer_length: ``L_max`` and ``L_cache`` of DAPO Eq. 13; both or neither.
         success_threshold: a completion is correct when its task reward is ``>= success_threshold``.
 

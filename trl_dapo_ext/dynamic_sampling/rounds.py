@@ -94,9 +94,10 @@ class _Unscored:
     def empty(cls, num_funcs: int) -> _Unscored:
         return cls(per_func=torch.zeros(num_funcs, dtype=torch.long))
 
-    def add(self, rewards_per_func: torch.Tensor, filter_indices: list[int]) -> None:
+    def add(self, rewards_per_func: torch.Tensor, filter_indices: list[int], task_indices: list[int]) -> None:
         nan = torch.isnan(rewards_per_func).cpu()
-        self.per_func += nan.sum(dim=0)
+        # Task rewards only: the overlong penalty is NaN exactly where they all are, and is not the user's to fix.
+        self.per_func[task_indices] += nan[:, task_indices].sum(dim=0)
         self.rows += nan.shape[0]
         # A row counts for the filter when any filter reward scored it (combine_rewards ignores NaN terms).
         self.scorable += int((~nan[:, filter_indices]).any(dim=1).sum())
@@ -321,7 +322,7 @@ class DynamicSamplingMixin(AssemblyMixin, StateMixin):
         started = time.perf_counter()
         output, record = self._scored_round(rows)
         self._time_round(len(rows), time.perf_counter() - started)
-        step.unscored.add(record.rewards_per_func, self.filter_reward_indices)
+        step.unscored.add(record.rewards_per_func, self.filter_reward_indices, self.task_reward_indices)
         local_count = len(rows)
         if args.diagnostics:
             step.attempted_rewards.append(record.rewards_per_func)
