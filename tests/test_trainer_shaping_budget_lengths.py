@@ -15,8 +15,10 @@ import math
 import pytest
 import torch
 from helpers import RoundRecorder, add_eos_bias, tiny_trainer
+from test_dynamic_sampling import KindReward, kinds_dataset
 
 from trl_dapo_ext import DynamicSamplingExhausted
+from trl_dapo_ext.metric_names import N
 
 pytestmark = pytest.mark.trainer
 
@@ -126,3 +128,54 @@ def test_unscorable_rows_with_shaping_are_diagnosed_by_the_task_reward_alone(
     message = str(error.value)
     assert "0 scorable completions" in message and "(none_reward: " in message, message
     assert "overlong_penalty" not in message, message  # NaN only because the task reward is: not the user's to fix
+
+
+# --------------------------------------------------------------------------------------------- the per-step budget
+
+
+@pytest.mark.parametrize("oversample", [None, 3.0])  # the planner, and the fixed first-round factor
+def test_the_step_budget_bounds_the_groups_generated(make_model, tokenizer, tmp_path, oversample):
+    # Every prompt all right: no group is ever informative, so only the budget (3 groups per process, the batch's
+    # own 2 included) stops the rounds. Without it the fixed factor generates 6 groups, then refills twice more.
+    reward = KindReward()
+    trainer = tiny_trainer(
+        make_model(seed=2),
+        reward,
+        kinds_dataset(["right"], repeat=12),
+        tokenizer,
+        tmp_path,
+        dynamic_sampling=True,
+        dynamic_sampling_oversample=oversample,
+        dynamic_sampling_max_groups_per_step=3,
+        dynamic_sampling_max_rounds=3,
+        dynamic_sampling_on_exhausted="fill",
+        max_steps=2,
+    )
+    trainer.train()
+    generated = [len(kinds) // G for kinds in reward.calls]  # groups per generation round
+    logs = [h for h in trainer.state.log_history if N.DYNAMIC_SAMPLING_ATTEMPTED_GROUPS in h]
+    assert len(logs) == 2
+    assert all(log[N.DYNAMIC_SAMPLING_ATTEMPTED_GROUPS] <= 3 for log in logs), logs
+    assert sum(generated) == sum(log[N.DYNAMIC_SAMPLING_ATTEMPTED_GROUPS] for log in logs), generated
+    if oversample is not None:  # the fixed factor asks for 3 * 2 = 6 groups; the budget leaves 3, in one round
+        assert generated == [3, 3], generated
+
+
+def test_a_spent_step_budget_with_a_fixed_factor_raises_naming_the_budget(make_model, tokenizer, tmp_path):
+    trainer = tiny_trainer(
+        make_model(seed=2),
+        KindReward(),
+        kinds_dataset(["right"], repeat=12),
+        tokenizer,
+        tmp_path,
+        dynamic_sampling=True,
+        dynamic_sampling_oversample=3.0,
+        dynamic_sampling_max_groups_per_step=2,
+        dynamic_sampling_max_rounds=3,
+        max_steps=1,
+    )
+    with pytest.raises(DynamicSamplingExhausted) as error:
+        trainer.train()
+    message = str(error.value)
+    assert "2 prompt groups attempted" in message, message  # the batch's own 2 groups, nothing more
+    assert "dynamic_sampling_max_groups_per_step=2" in message, message

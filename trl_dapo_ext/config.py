@@ -61,10 +61,11 @@ class DAPOConfig(GRPOConfig):
     dynamic_sampling_round_latency (`float`, defaults to `16.0`), dynamic_sampling_measure_latency (`bool`,
     defaults to `False`):
         The fixed cost of one generation round in completion-equivalents, set, or measured in the run.
-    dynamic_sampling_max_oversample, dynamic_sampling_confidence, dynamic_sampling_retention_decay,
-    dynamic_sampling_max_groups_per_step:
-        Adaptive planner settings (largest round, the older fill-chance rule instead of the cost, forgetting,
-        per-step budget).
+    dynamic_sampling_max_oversample, dynamic_sampling_confidence, dynamic_sampling_retention_decay:
+        Adaptive planner settings (largest round, the older fill-chance rule instead of the cost, forgetting).
+    dynamic_sampling_max_groups_per_step (`int` or `None`, defaults to `None`):
+        Generation budget per process per step, in prompt groups (the batch's own included), with either round
+        sizing: the planner plans within it, and a fixed first round (`dynamic_sampling_oversample`) is cut to it.
     dynamic_sampling_skip_window (`int`, defaults to `0`), dynamic_sampling_skip_floor (`float`, defaults to `0.1`):
         Prompt-history skipping of refill prompts that were zero-variance in their last k groups, with an
         exploration floor.
@@ -190,7 +191,8 @@ class DAPOConfig(GRPOConfig):
         default=None,
         metadata={
             "help": "Generation budget per process per step in prompt groups, the batch's own included; None: only "
-            "dynamic_sampling_max_rounds limits it."
+            "dynamic_sampling_max_rounds limits it. It bounds both round sizings: the planner plans within it, and a "
+            "fixed first round (a number for dynamic_sampling_oversample) is cut to it."
         },
     )
     dynamic_sampling_skip_window: int = field(
