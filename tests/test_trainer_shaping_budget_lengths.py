@@ -14,6 +14,7 @@ import math
 
 import pytest
 import torch
+from datasets import Dataset
 from helpers import RoundRecorder, add_eos_bias, tiny_trainer
 from test_dynamic_sampling import KindReward, kinds_dataset
 
@@ -179,3 +180,63 @@ def test_a_spent_step_budget_with_a_fixed_factor_raises_naming_the_budget(make_m
     message = str(error.value)
     assert "2 prompt groups attempted" in message, message  # the batch's own 2 groups, nothing more
     assert "dynamic_sampling_max_groups_per_step=2" in message, message
+
+
+# ----------------------------------------------------------------------------------- lengths with tools, truncated
+
+MAX_LENGTH = 10
+# Per group: (completion length, whether it ends with EOS, its tool-output positions). TRL's length counts the model's
+# tokens (tool_mask == 1): 5, 5, 8, 10; the last two hit the cap without EOS (truncated).
+SCRIPT = ((5, True, ()), (8, True, (2, 3, 4)), (10, False, (3, 4)), (10, False, ()))
+MODEL_TOKENS = [5, 5, 8, 10]
+
+
+def tool_rollout(prompts, trainer):
+    """TRL ``rollout_func`` with an ``env_mask`` (TRL's tool mask): completions follow :data:`SCRIPT`."""
+    tokenizer = trainer.processing_class
+    letter, eos = tokenizer.convert_tokens_to_ids("a"), tokenizer.eos_token_id
+    completion_ids, env_mask = [], []
+    for i in range(len(prompts)):
+        length, ends, tool_positions = SCRIPT[i % G]
+        completion_ids.append([letter] * (length - 1) + [eos if ends else letter])
+        env_mask.append([0 if position in tool_positions else 1 for position in range(length)])
+    prompt_ids = [tokenizer(prompt)["input_ids"] for prompt in prompts]
+    return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": None, "env_mask": env_mask}
+
+
+def position_reward(completions, **kwargs):
+    """0, 1, 0, 1 within every group: each group is informative."""
+    return [float(i % 2) for i in range(len(completions))]
+
+
+@pytest.mark.parametrize("dynamic_sampling", [False, True])
+def test_length_metrics_count_a_truncated_rows_model_tokens(
+    make_model, tokenizer, tmp_path, monkeypatch, dynamic_sampling
+):
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func warns that it is experimental
+    extra = {"dynamic_sampling": True, "dynamic_sampling_oversample": 1.0} if dynamic_sampling else {}
+    trainer = tiny_trainer(
+        make_model(seed=3),
+        position_reward,
+        Dataset.from_dict({"prompt": ["v0:", "v1:", "v2:", "v3:"]}),
+        tokenizer,
+        tmp_path,
+        rollout_func=tool_rollout,
+        per_device_train_batch_size=G,
+        max_completion_length=MAX_LENGTH,
+        mask_truncated_completions=True,
+        overlong_buffer_length=4,  # the soft-penalty zone: 6 < L <= 10
+        diagnostics=True,
+        learning_rate=0.0,
+        max_steps=1,
+        **extra,
+    )
+    trainer.train()
+    (log,) = logged_steps(trainer)
+    # TRL's own values for this batch (plain TRL logs them; dynamic sampling recomputes them on the update batch).
+    assert log["completions/mean_length"] == pytest.approx(sum(MODEL_TOKENS) / G)
+    assert log["completions/min_length"] == 5 and log["completions/max_length"] == 10
+    assert log["completions/clipped_ratio"] == 0.5
+    assert log["completions/mean_terminated_length"] == 5
+    assert log[N.LENGTH_TRUNCATED_FRAC] == 0.5
+    assert log[N.LENGTH_IN_BUFFER_FRAC] == 0.5  # the two truncated rows (8 and 10 model tokens)

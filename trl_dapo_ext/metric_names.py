@@ -126,7 +126,8 @@ SECTIONS: tuple[Section, ...] = (
         "`length/`: are completions running into the cap?",
         "diagnostics",
         "Over the update batch. `L_max = max_completion_length`, `L_cache = overlong_buffer_length` (DAPO Eq. 13); "
-        "lengths are completion tokens including EOS.",
+        "lengths are completion tokens including EOS, counted as TRL's `completions/*_length` count them: the "
+        "model's own tokens (tool output excluded), truncated completions in full under `mask_truncated_completions`.",
         (
             Metric(
                 "length/truncated_frac",
