@@ -233,21 +233,29 @@ def check_recomputed_metrics(trainer_class: type = GRPOTrainer) -> None:
 
 
 def generate_returned_names(trainer_class: type = GRPOTrainer) -> list[str | None] | None:
-    """The names ``_generate`` returns, in order (None for an expression), read from its final ``return``."""
+    """The names ``_generate`` returns, in order (None for an expression), read from its last ``return`` of a tuple
+    (nested functions excluded); None when there is no source or no such ``return``."""
     tree = _method_tree(trainer_class, "_generate")
-    if tree is None:
+    if tree is None or not tree.body or not isinstance(tree.body[0], ast.FunctionDef | ast.AsyncFunctionDef):
         return None
-    function = tree.body[0]
-    final = function.body[-1] if isinstance(function, ast.FunctionDef) and function.body else None
-    if not isinstance(final, ast.Return) or not isinstance(final.value, ast.Tuple):
-        return []
-    return [element.id if isinstance(element, ast.Name) else None for element in final.value.elts]
+    returns, pending = [], list(tree.body[0].body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
+            continue
+        if isinstance(node, ast.Return) and isinstance(node.value, ast.Tuple):
+            returns.append(node)
+        pending.extend(ast.iter_child_nodes(node))
+    if not returns:
+        return None
+    last = max(returns, key=lambda node: node.lineno)
+    return [element.id if isinstance(element, ast.Name) else None for element in last.value.elts]
 
 
 def generated_tool_mask_position(trainer_class: type = GRPOTrainer) -> int:
     """Where the tool mask is in ``_generate``'s returned tuple; raise `TRLCompatibilityError` if it returns none."""
     names = generate_returned_names(trainer_class)
-    if names is None:  # no source to read: TRL 1.16's layout
+    if names is None:  # no source (or no tuple returned) to read: TRL 1.16's layout
         return GENERATE_TOOL_MASK_DEFAULT_POSITION
     if GENERATE_TOOL_MASK not in names:
         raise TRLCompatibilityError(
