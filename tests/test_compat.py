@@ -114,6 +114,24 @@ def test_trl_still_logs_the_metrics_dynamic_sampling_recomputes():
         compat.check_recomputed_metrics(Renamed)
 
 
+def test_the_tool_mask_is_found_in_what_generate_returns():
+    assert compat.generated_tool_mask_position() == compat.generate_returned_names().index("tool_mask")
+
+    class Reordered(GRPOTrainer):
+        def _generate(self, prompts):
+            prompt_ids = completion_ids = tool_mask = None
+            return tool_mask, prompt_ids, completion_ids
+
+    class Renamed(GRPOTrainer):
+        def _generate(self, prompts):
+            prompt_ids = completion_ids = model_token_mask = None
+            return prompt_ids, completion_ids, model_token_mask
+
+    assert compat.generated_tool_mask_position(Reordered) == 0
+    with pytest.raises(compat.TRLCompatibilityError, match="without 'tool_mask'"):
+        compat.generated_tool_mask_position(Renamed)
+
+
 def test_progress_bar_attribute_is_checked():
     compat.check_progress_bar()
 

@@ -18,6 +18,7 @@ from trl_dapo_ext.core.groups import ALL_MAX, ALL_MIN, MIXED, UNSCORABLE, succes
 from trl_dapo_ext.core.metrics import (
     StepTimer,
     allocated_memory_gb,
+    completion_lengths,
     generation_cost,
     group_metrics,
     length_metrics,
@@ -25,6 +26,7 @@ from trl_dapo_ext.core.metrics import (
     peak_memory_gb,
     time_split,
     token_metrics,
+    truncated_completions,
 )
 from trl_dapo_ext.core.overlong import overlong_penalty
 from trl_dapo_ext.metric_names import N
@@ -271,6 +273,16 @@ def test_in_buffer_frac_agrees_with_the_penalty_zone(lengths, buffer_length):
     m = length_metrics(lengths, lengths >= max_length, max_length=max_length, buffer_length=buffer_length)
     expected = ((penalty < 0) & (lengths <= max_length)).float().mean().item()
     assert m[N.LENGTH_IN_BUFFER_FRAC] == pytest.approx(expected)
+
+
+def test_completion_lengths_count_the_models_tokens_as_trl_does():
+    ids = [[7, 7, 2], [7, 8, 8, 7, 7], [7] * 6]  # EOS = 2; the last two rows hit the cap
+    assert completion_lengths(ids).tolist() == [3, 5, 6]
+    mask = [[1, 1, 1], [1, 0, 0, 1, 1], [1, 1, 0, 0, 1, 1]]  # tool output: 2 tokens in each of the last two
+    assert completion_lengths(ids, mask).tolist() == [3, 3, 4]
+    assert truncated_completions(ids, stop_ids={2, 0}).tolist() == [False, True, True]
+    with pytest.raises(ValueError, match="2 tool-mask rows for 3 completions"):
+        completion_lengths(ids, mask[:2])
 
 
 def test_length_metrics_rejects_bad_input():

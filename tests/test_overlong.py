@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from trl.rewards import get_soft_overlong_punishment
 
-from trl_dapo_ext.core.overlong import OverlongPenalty, overlong_penalty
+from trl_dapo_ext.core.overlong import OverlongPenalty, overlong_penalty, penalty_only_where_scored
 
 
 def test_three_regions_and_boundaries():
@@ -47,6 +47,19 @@ def test_monotone_and_bounded(max_length, data):
     penalty = overlong_penalty(lengths, max_length, buffer_length, factor)
     assert torch.all(penalty[1:] <= penalty[:-1] + 1e-7)  # never rewards a longer completion
     assert torch.all((penalty <= 0) & (penalty >= -factor - 1e-6))
+
+
+def test_the_penalty_is_blanked_only_where_no_task_reward_scored():
+    nan = float("nan")
+    # Columns: two task rewards, then the penalty. Row 1: one task reward scored; row 2: none did.
+    rewards = torch.tensor([[1.0, 0.5, -0.25], [nan, 0.0, -0.5], [nan, nan, -1.0]])
+    masked = penalty_only_where_scored(rewards, penalty_column=2, task_columns=[0, 1])
+    torch.testing.assert_close(
+        masked, torch.tensor([[1.0, 0.5, -0.25], [nan, 0.0, -0.5], [nan, nan, nan]]), equal_nan=True
+    )
+    assert not torch.isnan(rewards[2, 2])  # the input is left as it was
+    # With no task column the penalty is the only reward: nothing to blank.
+    torch.testing.assert_close(penalty_only_where_scored(rewards, 2, []), rewards, equal_nan=True)
 
 
 def test_reward_function_reads_token_lengths():

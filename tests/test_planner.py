@@ -19,6 +19,8 @@ from trl_dapo_ext.dynamic_sampling.planner import (
     RetentionEstimate,
     at_least_probability,
     beta_binomial_pmf,
+    fixed_first_refill,
+    plan_refill_groups,
 )
 
 
@@ -111,6 +113,51 @@ def test_a_spent_budget_returns_zero_and_a_positive_one_at_least_one():
     planner.first_round(8)
     planner.observe(8, 8)
     assert planner.next_round(missing_groups=1) >= 1  # something missing and budget left: never 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    target=st.integers(1, 16),
+    oversample=st.floats(1.0, 5.0),
+    budget=st.one_of(st.none(), st.integers(1, 80)),
+    retentions=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=9),
+)
+def test_the_fixed_factor_rule_keeps_within_the_step_budget(target, oversample, budget, retentions):
+    # The rule used when dynamic_sampling_oversample is a number: a first round of ceil(target * oversample) groups,
+    # then missing / retention, each round at most the first's size, all of them within the budget.
+    first = target + fixed_first_refill(target, oversample, max_groups_per_step=budget)
+    expected_first = (
+        math.ceil(target * oversample) if budget is None else max(min(math.ceil(target * oversample), budget), target)
+    )
+    assert first == expected_first
+    generated, informative = first, int(retentions[0] * first)
+    for retention in retentions[1:]:
+        size = plan_refill_groups(
+            missing_groups=target,
+            attempted_groups=generated,
+            informative_groups_seen=informative,
+            max_groups=first,
+            budget_left=None if budget is None else budget - generated,
+        )
+        if size == 0:  # the budget is spent: the step stops
+            assert budget is not None and generated >= budget
+            break
+        assert 1 <= size <= first
+        generated, informative = generated + size, informative + int(retention * size)
+    if budget is not None:
+        assert generated <= max(budget, target)  # the batch's own groups are there whatever the budget
+
+
+def test_the_fixed_factor_rule_with_a_budget_by_hand():
+    # DAPO's 3x on a batch of 2 groups under a budget of 2, then of 5 groups per step.
+    assert fixed_first_refill(2, 3.0) == 4
+    assert fixed_first_refill(2, 3.0, max_groups_per_step=2) == 0
+    assert fixed_first_refill(2, 3.0, max_groups_per_step=5) == 3
+    # 5 groups generated, 1 of 2 informative so far (retention 1/5): missing 1 asks for 5, the budget leaves 2 or 0.
+    plan = dict(missing_groups=1, attempted_groups=5, informative_groups_seen=1, max_groups=5)
+    assert plan_refill_groups(**plan) == 5
+    assert plan_refill_groups(**plan, budget_left=2) == 2
+    assert plan_refill_groups(**plan, budget_left=0) == 0
 
 
 def test_nothing_missing_needs_no_round():

@@ -6,8 +6,9 @@ that renames or reshapes one fails loudly, with this module's name in the messag
 
 * at import: the private methods (:data:`PRIVATE_METHODS`) and class attributes (:data:`PRIVATE_CLASS_ATTRIBUTES`),
   TRL's internal helpers (:data:`TRL_HELPERS`), the keys of TRL's batch dict that `dynamic_sampling/assembly.py`
-  re-pads (:func:`check_batch_keys`), the metrics that it recomputes (:func:`check_recomputed_metrics`) and the
-  progress bar that shows refill rounds (:func:`check_progress_bar`);
+  re-pads (:func:`check_batch_keys`), the metrics that it recomputes (:func:`check_recomputed_metrics`), where
+  ``_generate`` returns the tool mask (:func:`generated_tool_mask_position`) and the progress bar that shows refill
+  rounds (:func:`check_progress_bar`);
 * at construction of every `DAPOTrainer`: the private attributes (:data:`PRIVATE_ATTRIBUTES`) and the layout of the
   ``_logs`` / ``_metrics`` buffers that dynamic sampling swaps and truncates (:func:`check_log_buffers`).
 
@@ -84,6 +85,13 @@ PRIVATE_ATTRIBUTES: tuple[str, ...] = (
 PRIVATE_CLASS_ATTRIBUTES: tuple[str, ...] = (
     "_tag_names",  # the model card's tags: DAPOTrainer adds "dapo"
 )
+
+# What GRPOTrainer._generate returns that DAPOTrainer reads: the tool mask (1 for the model's tokens, 0 for tool or
+# environment output) as generated, before mask_truncated_completions zeroes truncated rows of it. TRL's own length
+# metrics (completions/*_length) count its 1s; the trainer counts lengths the same way (by position in the returned
+# tuple, found in _generate's source; the default is TRL 1.16's position).
+GENERATE_TOOL_MASK = "tool_mask"
+GENERATE_TOOL_MASK_DEFAULT_POSITION = 2
 
 # Keys of GRPOTrainer._logs (the completions table) that dynamic sampling rebuilds for the update batch.
 LOG_KEYS: tuple[str, ...] = ("prompt", "completion", "rewards", "advantages", "extra")
@@ -224,6 +232,40 @@ def check_recomputed_metrics(trainer_class: type = GRPOTrainer) -> None:
         )
 
 
+def generate_returned_names(trainer_class: type = GRPOTrainer) -> list[str | None] | None:
+    """The names ``_generate`` returns, in order (None for an expression), read from its last ``return`` of a tuple
+    (nested functions excluded); None when there is no source or no such ``return``."""
+    tree = _method_tree(trainer_class, "_generate")
+    if tree is None or not tree.body or not isinstance(tree.body[0], ast.FunctionDef | ast.AsyncFunctionDef):
+        return None
+    returns, pending = [], list(tree.body[0].body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
+            continue
+        if isinstance(node, ast.Return) and isinstance(node.value, ast.Tuple):
+            returns.append(node)
+        pending.extend(ast.iter_child_nodes(node))
+    if not returns:
+        return None
+    last = max(returns, key=lambda node: node.lineno)
+    return [element.id if isinstance(element, ast.Name) else None for element in last.value.elts]
+
+
+def generated_tool_mask_position(trainer_class: type = GRPOTrainer) -> int:
+    """Where the tool mask is in ``_generate``'s returned tuple; raise `TRLCompatibilityError` if it returns none."""
+    names = generate_returned_names(trainer_class)
+    if names is None:  # no source (or no tuple returned) to read: TRL 1.16's layout
+        return GENERATE_TOOL_MASK_DEFAULT_POSITION
+    if GENERATE_TOOL_MASK not in names:
+        raise TRLCompatibilityError(
+            f"trl {trl.__version__}: GRPOTrainer._generate returns {names}, without {GENERATE_TOOL_MASK!r}, from "
+            "which DAPOTrainer counts completion lengths as TRL does; trl_dapo_ext must be updated for this TRL "
+            "release (see trl_dapo_ext/compat.py)."
+        )
+    return names.index(GENERATE_TOOL_MASK)
+
+
 def check_progress_bar(callback_class: type = ProgressCallback) -> None:
     """Raise `TRLCompatibilityError` if transformers' progress callback has no ``training_bar`` attribute."""
     if not hasattr(callback_class(), "training_bar"):
@@ -284,6 +326,12 @@ check_batch_keys()
 check_recomputed_metrics()
 check_progress_bar()
 warn_if_untested()
+_GENERATE_TOOL_MASK_POSITION = generated_tool_mask_position()
 
 get_config_model_id = trl_utils.get_config_model_id
 is_async_callable = trl_utils.is_async_callable
+
+
+def generated_tool_mask(generated: tuple) -> list | None:
+    """The tool mask in what ``GRPOTrainer._generate`` returned (per row, 1 = model token), or None without tools."""
+    return generated[_GENERATE_TOOL_MASK_POSITION]

@@ -37,6 +37,8 @@ class DAPOConfig(GRPOConfig):
 
     overlong_buffer_length (`int` or `None`, defaults to `None`):
         Width `L_cache` (tokens) of the soft-penalty zone before `max_completion_length`. `None` disables shaping.
+        A completion that no task reward scored (all returned None) gets no penalty: it stays unscorable, left out
+        of the advantages as TRL leaves it without shaping.
     overlong_penalty_factor (`float`, defaults to `1.0`):
         Penalty at the length limit; it falls linearly from 0 to `-overlong_penalty_factor` across the buffer.
 
@@ -59,10 +61,11 @@ class DAPOConfig(GRPOConfig):
     dynamic_sampling_round_latency (`float`, defaults to `16.0`), dynamic_sampling_measure_latency (`bool`,
     defaults to `False`):
         The fixed cost of one generation round in completion-equivalents, set, or measured in the run.
-    dynamic_sampling_max_oversample, dynamic_sampling_confidence, dynamic_sampling_retention_decay,
-    dynamic_sampling_max_groups_per_step:
-        Adaptive planner settings (largest round, the older fill-chance rule instead of the cost, forgetting,
-        per-step budget).
+    dynamic_sampling_max_oversample, dynamic_sampling_confidence, dynamic_sampling_retention_decay:
+        Adaptive planner settings (largest round, the older fill-chance rule instead of the cost, forgetting).
+    dynamic_sampling_max_groups_per_step (`int` or `None`, defaults to `None`):
+        Generation budget per process per step, in prompt groups (the batch's own included), with either round
+        sizing: the planner plans within it, and a fixed first round (`dynamic_sampling_oversample`) is cut to it.
     dynamic_sampling_skip_window (`int`, defaults to `0`), dynamic_sampling_skip_floor (`float`, defaults to `0.1`):
         Prompt-history skipping of refill prompts that were zero-variance in their last k groups, with an
         exploration floor.
@@ -104,7 +107,8 @@ class DAPOConfig(GRPOConfig):
         metadata={
             "help": "DAPO overlong reward shaping: width in tokens of the soft-penalty buffer before "
             "max_completion_length (L_cache in DAPO Eq. 13). The penalty is added to the reward before advantages "
-            "and logged as rewards/overlong_penalty. None disables it."
+            "and logged as rewards/overlong_penalty; a completion no task reward scored (all None) gets none and "
+            "stays out of the advantages. None disables it."
         },
     )
     overlong_penalty_factor: float = field(
@@ -187,7 +191,8 @@ class DAPOConfig(GRPOConfig):
         default=None,
         metadata={
             "help": "Generation budget per process per step in prompt groups, the batch's own included; None: only "
-            "dynamic_sampling_max_rounds limits it."
+            "dynamic_sampling_max_rounds limits it. It bounds both round sizings: the planner plans within it, and a "
+            "fixed first round (a number for dynamic_sampling_oversample) is cut to it."
         },
     )
     dynamic_sampling_skip_window: int = field(

@@ -126,7 +126,8 @@ SECTIONS: tuple[Section, ...] = (
         "`length/`: are completions running into the cap?",
         "diagnostics",
         "Over the update batch. `L_max = max_completion_length`, `L_cache = overlong_buffer_length` (DAPO Eq. 13); "
-        "lengths are completion tokens including EOS.",
+        "lengths are completion tokens including EOS, counted as TRL's `completions/*_length` count them: the "
+        "model's own tokens (tool output excluded), truncated completions in full under `mask_truncated_completions`.",
         (
             Metric(
                 "length/truncated_frac",
@@ -147,7 +148,8 @@ SECTIONS: tuple[Section, ...] = (
             ),
             Metric(
                 "length/overlong_penalty_mean",
-                "mean overlong penalty over all completions, in `[-overlong_penalty_factor, 0]`",
+                "mean overlong penalty over scorable completions, in `[-overlong_penalty_factor, 0]` (a completion "
+                "no task reward scored gets none)",
                 "close to 0",
                 "overlong",
             ),

@@ -25,13 +25,15 @@ from .core.metrics import (
     StepTimer,
     allocated_memory_gb,
     blank_token_means,
+    completion_lengths,
     generation_cost,
     group_metrics,
     length_metrics,
     peak_memory_gb,
     token_metrics,
+    truncated_completions,
 )
-from .core.overlong import OverlongPenalty
+from .core.overlong import OverlongPenalty, penalty_only_where_scored
 from .dynamic_sampling.assembly import _Round
 from .dynamic_sampling.rounds import DynamicSamplingMixin, _with_prompt_index
 from .metric_names import N
@@ -56,6 +58,10 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
     * ``_calculate_rewards``: calls ``super()`` and keeps the gathered ``(N_global, n_funcs)`` reward matrix and the
       round's completions, which TRL does not return from a generation round; while it runs, each reward function is
       guarded so that an exception it raises names the function and the step (errors from elsewhere pass unchanged).
+      With overlong shaping it returns the matrix with the penalty NaN on rows that no task reward scored, so TRL's
+      own rule for unscorable rows (every column NaN: left out of the baseline, advantage 0) holds for them, in every
+      path that reads the matrix (TRL's advantages, this package's estimators, dynamic sampling's batch). It also
+      records each completion's length as TRL's ``completions/*_length`` count it (the model's tokens).
     * ``_generate_and_score_completions``: without dynamic sampling, one ``super()`` call, then the configured advantage
       estimator. With it (training only), ``super()`` once per generation round, keeping the informative groups, until
       the batch is full or the round budget is spent; then advantages, ``num_items_in_batch`` and TRL's batch metrics
@@ -68,7 +74,9 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
     * ``compute_loss``: with dynamic sampling, calls ``super()`` and, for a micro-batch without a single loss token
       (only masked fill groups), turns TRL's token-mean metrics (``entropy``, clip ratios) into NaN: TRL would log 0.
     * ``_generate``, ``_prepare_inputs``, ``training_step``: each calls ``super()`` inside a section of the step timer
-      (``diagnostics=True``: the ``time/`` split); without diagnostics the timer is a no-op.
+      (``diagnostics=True``: the ``time/`` split); without diagnostics the timer is a no-op. ``_generate`` also keeps
+      the tool mask it returns, before ``mask_truncated_completions`` zeroes truncated rows of it: the recomputed
+      ``completions/*_length`` and the ``length/`` metrics count a truncated completion's tokens, as TRL does.
 
     Loss, generation, optimizer and logging stay TRL's. With every extension field at its default, the trainer
     computes exactly what ``trl.GRPOTrainer`` computes.
@@ -101,12 +109,15 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
         args = self.args
 
         self._last_round: _Round | None = None
+        self._generated_tool_mask: list | None = None  # of the latest _generate call (None: no tools)
         # Columns of the reward matrix that score the task (everything but our overlong penalty).
         self.task_reward_indices = list(range(len(self.reward_funcs)))
+        self.overlong_column: int | None = None  # the penalty's column, appended last
         if args.overlong_buffer_length is not None:
             self._append_reward_function(
                 OverlongPenalty(args.max_completion_length, args.overlong_buffer_length, args.overlong_penalty_factor)
             )
+            self.overlong_column = len(self.reward_funcs) - 1
         if args.dynamic_sampling:
             self._setup_dynamic_sampling()
         self.step_timer: StepTimer | None = None
@@ -138,7 +149,25 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
                 rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         finally:
             self.reward_funcs = user_funcs
-        self._last_round = _Round(rewards_per_func=rewards_per_func, completion_ids=completion_ids_list)
+        if self.overlong_column is not None:
+            # The length penalty shapes a task reward; where none scored the row, it must stay unscorable (TRL: every
+            # column NaN) instead of being trained on its length alone. TRL computes its advantages from this return.
+            rewards_per_func = penalty_only_where_scored(
+                rewards_per_func, self.overlong_column, self.task_reward_indices
+            )
+        tool_mask = self._generated_tool_mask
+        if tool_mask is not None and len(tool_mask) != len(completion_ids_list):
+            raise RuntimeError(
+                f"trl {compat.trl_version()}: _generate returned {len(tool_mask)} tool-mask rows for "
+                f"{len(completion_ids_list)} scored completions; trl_dapo_ext must be updated for this code path (see "
+                "trl_dapo_ext/compat.py)."
+            )
+        self._last_round = _Round(
+            rewards_per_func=rewards_per_func,
+            completion_ids=completion_ids_list,
+            lengths=completion_lengths(completion_ids_list, tool_mask),
+            truncated=truncated_completions(completion_ids_list, {*self.eos_token_ids, self._tokenizer.pad_token_id}),
+        )
         return rewards_per_func
 
     def _guarded(self, func: Any, name: str) -> Any:
@@ -185,6 +214,7 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
     def _scored_round(self, rows: list[dict[str, Any]], need_rewards: bool = True) -> tuple[dict[str, Any], Any]:
         """One TRL generation round on ``rows``: its output dict and what `_calculate_rewards` recorded of it."""
         self._last_round = None  # so that a round which never scores cannot pass off the previous round's rewards
+        self._generated_tool_mask = None  # nor the previous round's tool mask
         output = super()._generate_and_score_completions(rows)
         if need_rewards and self._last_round is None:
             raise RuntimeError(
@@ -205,12 +235,11 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
             self._replace_logged_advantages(advantages)
             output["advantages"] = self._local_rows(advantages, len(inputs))
         if diagnose:
-            lengths, truncated = self._row_lengths(record.completion_ids, output.get("tool_mask"))
             self._log_diagnostics(
                 attempted=[record.rewards_per_func],
                 update_rewards=self._local_rows(record.rewards_per_func, len(inputs)),
-                lengths=lengths,
-                truncated=truncated,
+                lengths=record.lengths,
+                truncated=record.truncated,
                 batch=output,
                 completion_ids=record.completion_ids,
                 generated_completion_ids=[record.completion_ids],
@@ -226,7 +255,11 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
 
     def _generate(self, prompts: list):
         with self._timed("generation"):
-            return super()._generate(prompts)
+            generated = super()._generate(prompts)
+        # The tool mask as generated: TRL counts its length metrics on it, then (mask_truncated_completions) zeroes
+        # the rows of truncated completions in the batch it returns, where their lengths could no longer be read.
+        self._generated_tool_mask = compat.generated_tool_mask(generated)
+        return generated
 
     def _prepare_inputs(self, generation_batch):
         # Rollout work that is neither generation nor reward: log-prob passes, padding, batch assembly.
@@ -248,16 +281,6 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
         with self._timed("update"):  # forward and backward; nested rollout sections are charged to themselves
             return super().training_step(model, inputs, num_items_in_batch)
 
-    def _row_lengths(self, completion_ids: list[list[int]], tool_mask: torch.Tensor | None):
-        """Model-token lengths (TRL's length metrics; tool output excluded) and truncation flags of local rows."""
-        eos_and_pad = {*self.eos_token_ids, self._tokenizer.pad_token_id}
-        if tool_mask is not None:
-            lengths = [int(tool_mask[row, : len(ids)].sum()) for row, ids in enumerate(completion_ids)]
-        else:
-            lengths = [len(ids) for ids in completion_ids]
-        truncated = [bool(ids) and ids[-1] not in eos_and_pad for ids in completion_ids]
-        return torch.tensor(lengths), torch.tensor(truncated, dtype=torch.bool)
-
     def _task_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
         indices = self.task_reward_indices
         return combine_rewards(rewards_per_func[:, indices], self.reward_weights[indices])
@@ -278,8 +301,8 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
             k=args.diagnostics_pass_k,
         )
         penalty = None
-        if args.overlong_buffer_length is not None:
-            penalty = gather(update_rewards[:, -1].to(device)).cpu()  # the overlong column is appended last
+        if self.overlong_column is not None:  # NaN on unscorable rows, which the length/ means leave out
+            penalty = gather(update_rewards[:, self.overlong_column].to(device)).cpu()
         metrics.update(
             length_metrics(
                 gather(lengths.to(device)).cpu(),

@@ -17,7 +17,8 @@ overlong buffer, no accelerator) are left out instead.
 Metric groups (prefix: function):
 
 * ``groups/``: :func:`group_metrics` (contrast split, within-group spread, pass@1 and pass@k)
-* ``length/``: :func:`length_metrics` (truncation, overlong buffer and penalty, accuracy before / after shaping)
+* ``length/``: :func:`length_metrics` (truncation, overlong buffer and penalty, accuracy before / after shaping), on
+  the lengths and truncation flags of :func:`completion_lengths` and :func:`truncated_completions`
 * ``cost/``:   :func:`token_metrics`, :func:`generation_cost`, :func:`peak_memory_gb`, :func:`allocated_memory_gb`
 * ``time/``:   :class:`StepTimer` and :func:`time_split`
 
@@ -28,7 +29,7 @@ micro-batch without a single trained token (dynamic sampling's masked fill group
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Collection, Iterator, Mapping, MutableMapping, Sequence
 from contextlib import contextmanager
 
 import torch
@@ -139,6 +140,39 @@ def group_metrics(
 # ---------------------------------------------------------------------------------------------------------- length/
 
 
+def completion_lengths(
+    completion_ids: Sequence[Sequence[int]], tool_mask: Sequence[Sequence[int]] | None = None
+) -> torch.Tensor:
+    """Completion lengths as TRL's ``GRPOTrainer._generate`` counts them for ``completions/*_length``.
+
+    Without tools, the generated tokens, EOS included (``len(completion_ids[i])``). With a tool mask (TRL's tools, or
+    a ``rollout_func``'s ``env_mask``), the model's own tokens: the 1s of the row's mask, tool output excluded. The
+    mask must be the one generation returned: ``mask_truncated_completions`` later zeroes a truncated row's mask for
+    the loss, which would count the longest completions as 0 tokens.
+
+    Example (the second completion called a tool that answered with 3 tokens):
+        >>> completion_lengths([[5, 6, 2], [5, 9, 9, 9, 6, 2]], tool_mask=[[1, 1, 1], [1, 0, 0, 0, 1, 1]])
+        tensor([3, 3])
+    """
+    if tool_mask is None:
+        return torch.tensor([len(ids) for ids in completion_ids], dtype=torch.long)
+    if len(tool_mask) != len(completion_ids):
+        raise ValueError(f"{len(tool_mask)} tool-mask rows for {len(completion_ids)} completions")
+    return torch.tensor([int(sum(mask)) for mask in tool_mask], dtype=torch.long)
+
+
+def truncated_completions(completion_ids: Sequence[Sequence[int]], stop_ids: Collection[int]) -> torch.Tensor:
+    """True where a completion hit the length cap: its last token is no stop token (EOS or pad), as TRL decides
+    ``completions/clipped_ratio`` and ``mask_truncated_completions``. An empty completion is not truncated.
+
+    Example (EOS = 2, pad = 0):
+        >>> truncated_completions([[5, 2], [5, 6], [5, 0], []], stop_ids={2, 0}).tolist()
+        [False, True, False, False]
+    """
+    stop = set(stop_ids)
+    return torch.tensor([bool(ids) and ids[-1] not in stop for ids in completion_ids], dtype=torch.bool)
+
+
 def length_metrics(
     lengths: torch.Tensor,
     truncated: torch.Tensor,
@@ -151,11 +185,12 @@ def length_metrics(
     """``length/*``: truncation, the overlong buffer, and the task reward before and after length shaping.
 
     Args:
-        lengths: ``(N,)`` completion lengths in tokens, EOS included (TRL's ``len(completion_ids[i])``).
+        lengths: ``(N,)`` completion lengths in tokens, EOS included, as TRL counts them (:func:`completion_lengths`:
+            the model's tokens, tool output excluded).
         truncated: ``(N,)`` bool, True where generation hit the cap before EOS (TRL's ``is_truncated``).
         task_rewards: ``(N,)`` task rewards without the length penalty (NaN = unscorable), or None.
-        penalty: ``(N,)`` overlong penalty added to the task reward (values in ``[-factor, 0]``), or None when
-            shaping is off.
+        penalty: ``(N,)`` overlong penalty added to the task reward (values in ``[-factor, 0]``; NaN where no task
+            reward scored the completion), or None when shaping is off.
         max_length, buffer_length: ``L_max`` and ``L_cache`` of DAPO Eq. 13; both or neither.
         success_threshold: a completion is correct when its task reward is ``>= success_threshold``.
 

@@ -11,6 +11,10 @@ across the buffer, so a completion that rambles is punished gradually instead of
 
 Lengths are generated tokens including the terminating EOS, as TRL counts them (``len(completion_ids[i])``). When
 ``L_max`` is the generation cap itself, a truncated completion has ``L == L_max`` and gets exactly ``-factor``.
+
+The penalty shapes the task reward; it is no score of its own. A completion that no task reward could score (every
+task reward None) gets no penalty either (:func:`penalty_only_where_scored`), so it stays unscorable: TRL leaves such
+a row out of the group baseline and gives it advantage 0, instead of training on its length alone.
 """
 
 from __future__ import annotations
@@ -48,8 +52,8 @@ def overlong_penalty(
         raise ValueError(f"penalty_factor must be >= 0, got {penalty_factor}")
     lengths = torch.as_tensor(lengths, dtype=torch.float64)
 
-    # Seed 004, "Length-aware reward shaping" (DAPO Eq. 13): 0 up to L_max - L_cache, then
-    # (L_max - L_cache - L) / L_cache inside the buffer (linear from 0 to -1), and -1 beyond L_max.
+    # DAPO (Yu et al. 2025) Eq. 13: 0 up to L_max - L_cache, then (L_max - L_cache - L) / L_cache inside the buffer
+    # (linear from 0 to -1), and -1 beyond L_max.
     free_length = max_length - buffer_length
     in_buffer = (free_length - lengths) / buffer_length
     penalty = torch.where(lengths <= free_length, torch.zeros_like(lengths), in_buffer)
@@ -57,11 +61,36 @@ def overlong_penalty(
     return (penalty * penalty_factor).to(torch.float32)
 
 
+def penalty_only_where_scored(
+    rewards_per_func: torch.Tensor, penalty_column: int, task_columns: Sequence[int]
+) -> torch.Tensor:
+    """A copy of the ``(N, n_funcs)`` reward matrix whose penalty column is NaN on every row no task reward scored.
+
+    TRL (``GRPOTrainer``, "every reward function returned None") marks a row unscorable only when *every* column is
+    NaN; the penalty column always has a value, so without this an unscorable row would count as scored 0 plus its
+    penalty: it would join its group's baseline and be trained on its length. Rows with at least one task reward keep
+    their penalty. Without task columns the matrix is returned unchanged (the penalty is then the only reward).
+
+    Example (columns: a task reward, the penalty; the second row's task reward is None):
+        >>> rewards = torch.tensor([[1.0, -0.5], [float("nan"), -0.25]])
+        >>> penalty_only_where_scored(rewards, penalty_column=1, task_columns=[0])
+        tensor([[ 1.0000, -0.5000],
+                [    nan,     nan]])
+    """
+    masked = rewards_per_func.clone()
+    if len(task_columns) == 0:
+        return masked
+    unscored = torch.isnan(rewards_per_func[:, list(task_columns)]).all(dim=1)
+    masked[unscored, penalty_column] = torch.nan
+    return masked
+
+
 class OverlongPenalty:
     """TRL reward function that returns :func:`overlong_penalty` of each completion's token length.
 
     The trainer appends it to ``reward_funcs`` when ``overlong_buffer_length`` is set, so the penalty is added to the
-    task reward before advantages and reported on its own as ``rewards/overlong_penalty/mean``.
+    task reward before advantages and reported on its own as ``rewards/overlong_penalty/mean``. It scores every
+    completion; the trainer then blanks it (NaN) on rows no task reward scored (:func:`penalty_only_where_scored`).
 
     Example:
         >>> penalty = OverlongPenalty(max_length=20, buffer_length=4)

@@ -178,6 +178,8 @@ class _Round:
 
     rewards_per_func: torch.Tensor  # gathered over processes: (N_global, n_funcs)
     completion_ids: list[list[int]]
+    lengths: torch.Tensor  # model tokens, as TRL's completions/*_length count them (core.metrics.completion_lengths)
+    truncated: torch.Tensor  # hit the length cap before EOS (TRL's is_truncated)
 
 
 @dataclass
@@ -215,15 +217,11 @@ class AssemblyMixin:
         rows = (group_ids.unsqueeze(1) * G + torch.arange(G)).flatten()
         row_list = rows.tolist()
         completion_ids = [record.completion_ids[i] for i in row_list]
-        tool_mask = output.get("tool_mask")
-        lengths, truncated = self._row_lengths(
-            completion_ids, tool_mask.index_select(0, rows.to(tool_mask.device)) if tool_mask is not None else None
-        )
         return _Part(
             batch=select_rows(output, rows),
             rewards_per_func=local_rewards.index_select(0, rows.to(local_rewards.device)),
-            lengths=lengths,
-            truncated=truncated,
+            lengths=record.lengths.index_select(0, rows),
+            truncated=record.truncated.index_select(0, rows),
             completion_ids=completion_ids,
             origin=[(round_index, local_count, i) for i in row_list],
         )

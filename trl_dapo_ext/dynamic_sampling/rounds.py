@@ -27,7 +27,7 @@ from ..core.groups import GroupOutcome, group_outcomes, group_upper_counts, info
 from ..metric_names import N
 from .assembly import AssemblyMixin, _Part
 from .history import PromptHistory
-from .planner import POOLED, RefillPlanner, plan_refill_groups
+from .planner import POOLED, RefillPlanner, fixed_first_refill, plan_refill_groups
 from .state import StateMixin
 from .stream import RefillSampler, local_share
 
@@ -94,9 +94,10 @@ class _Unscored:
     def empty(cls, num_funcs: int) -> _Unscored:
         return cls(per_func=torch.zeros(num_funcs, dtype=torch.long))
 
-    def add(self, rewards_per_func: torch.Tensor, filter_indices: list[int]) -> None:
+    def add(self, rewards_per_func: torch.Tensor, filter_indices: list[int], task_indices: list[int]) -> None:
         nan = torch.isnan(rewards_per_func).cpu()
-        self.per_func += nan.sum(dim=0)
+        # Task rewards only: the overlong penalty is NaN exactly where they all are, and is not the user's to fix.
+        self.per_func[task_indices] += nan[:, task_indices].sum(dim=0)
         self.rows += nan.shape[0]
         # A row counts for the filter when any filter reward scored it (combine_rewards ignores NaN terms).
         self.scorable += int((~nan[:, filter_indices]).any(dim=1).sum())
@@ -272,7 +273,9 @@ class DynamicSamplingMixin(AssemblyMixin, StateMixin):
         """Refill groups (per process) that round 1 adds to the batch's own ``target``: the fixed factor, or the
         planner's plan from the strata of every process's own prompts and a preview of the refill stream."""
         if self.refill_planner is None:
-            return math.ceil(target * self.args.dynamic_sampling_oversample) - target
+            return fixed_first_refill(
+                target, self.args.dynamic_sampling_oversample, self.args.dynamic_sampling_max_groups_per_step
+            )
         own = self.accelerator.gather(torch.tensor(self._round_indices, device=self.accelerator.device)).cpu()
         own_strata = [[self._stratum(i) for i in row] for row in own.view(-1, target).tolist()]
         return self.refill_planner.first_round(
@@ -321,7 +324,7 @@ class DynamicSamplingMixin(AssemblyMixin, StateMixin):
         started = time.perf_counter()
         output, record = self._scored_round(rows)
         self._time_round(len(rows), time.perf_counter() - started)
-        step.unscored.add(record.rewards_per_func, self.filter_reward_indices)
+        step.unscored.add(record.rewards_per_func, self.filter_reward_indices, self.task_reward_indices)
         local_count = len(rows)
         if args.diagnostics:
             step.attempted_rewards.append(record.rewards_per_func)
@@ -378,9 +381,11 @@ class DynamicSamplingMixin(AssemblyMixin, StateMixin):
         step.kept_per_process = gathered[:, 0]
 
     def _next_round_groups(self, step: _Step, round_index: int) -> int | None:
-        """Refill groups (per process) of the next round, or None when the planner stops the step.
+        """Refill groups (per process) of the next round, or None when the step stops: its budget
+        (``dynamic_sampling_max_groups_per_step``) is spent, or the planner finds no round worth its cost.
 
-        The same plan on every process (it only reads gathered counts), so every process generates alike.
+        The same plan on every process (it only reads gathered counts), so every process generates alike. Both
+        round sizings (the planner and the fixed factor) keep within the budget.
         """
         max_rounds, target = self.args.dynamic_sampling_max_rounds, step.target
         if self.refill_planner is not None:
@@ -390,12 +395,17 @@ class DynamicSamplingMixin(AssemblyMixin, StateMixin):
                 candidates=self._candidate_strata(round_index=round_index + 1),
             )
             return next_groups if next_groups != 0 else None
-        return plan_refill_groups(
+        budget = self.args.dynamic_sampling_max_groups_per_step
+        # Every process generates rounds of one size, so its own groups so far are the global count's share.
+        generated = step.totals.attempted // self.accelerator.num_processes
+        next_groups = plan_refill_groups(
             missing_groups=int((target - step.kept_per_process).max()),
             attempted_groups=step.totals.attempted,
             informative_groups_seen=step.totals.informative,
             max_groups=target + step.first_refill,  # later rounds never larger than the first
+            budget_left=budget - generated if budget is not None else None,
         )
+        return next_groups if next_groups != 0 else None
 
     def _finish_step(self, step: _Step) -> dict[str, torch.Tensor | Any]:
         """Complete the batch with fill groups if allowed (or raise), assemble it and log the step's metrics."""
@@ -540,11 +550,17 @@ class DynamicSamplingMixin(AssemblyMixin, StateMixin):
                 "None for a completion it cannot score: check that the dataset column it reads holds what it expects "
                 "(see the warnings it printed)."
             )
+        budget = self.args.dynamic_sampling_max_groups_per_step
+        limits = "dynamic_sampling_max_rounds" + (
+            f" or dynamic_sampling_max_groups_per_step={budget} (groups per process per step)"
+            if budget is not None
+            else ""
+        )
         return (
             f"{where}: {totals.attempted} prompt groups attempted, {totals.informative} informative, retained per "
             f"process {retained_per_process.tolist()} of {target} needed{unscored.note(self.reward_func_names)}. Raise "
-            "dynamic_sampling_max_rounds (or dynamic_sampling_max_groups_per_step), use prompts of mixed "
-            "difficulty, or set dynamic_sampling_on_exhausted='fill' to train on a partly filled batch."
+            f"{limits}, use prompts of mixed difficulty, or set dynamic_sampling_on_exhausted='fill' to train on a "
+            "partly filled batch."
         )
 
     def _warn_fill_once(self, rounds: int, retained_per_process, target: int, unscored: _Unscored) -> None:
