@@ -114,6 +114,23 @@ def test_trl_still_logs_the_metrics_dynamic_sampling_recomputes():
         compat.check_recomputed_metrics(Renamed)
 
 
+def test_trl_loss_types_are_all_classified():
+    compat.check_loss_types()
+
+    class NewLoss(GRPOTrainer):
+        def _compute_loss(self, model, inputs):
+            if self.loss_type in ["grpo", "sapo"]:
+                return 0
+            elif self.loss_type == "per_row_sum":
+                return 1
+
+    assert compat.trl_loss_types(NewLoss) == {"grpo", "sapo", "per_row_sum"}
+    with pytest.raises(compat.TRLCompatibilityError, match="per_row_sum"):
+        compat.check_loss_types(NewLoss)
+    with pytest.raises(compat.TRLCompatibilityError, match="_compute_loss no longer exists"):
+        compat.check_loss_types(type("NoLoss", (), {}))
+
+
 def test_progress_bar_attribute_is_checked():
     compat.check_progress_bar()
 

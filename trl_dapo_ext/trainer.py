@@ -32,7 +32,7 @@ from .core.metrics import (
     token_metrics,
 )
 from .core.overlong import OverlongPenalty
-from .dynamic_sampling.assembly import _Round
+from .dynamic_sampling.assembly import LOSS_SCALE_KEY, _Round
 from .dynamic_sampling.rounds import DynamicSamplingMixin, _with_prompt_index
 from .metric_names import N
 
@@ -65,8 +65,11 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
     * ``_save_rng_state`` / ``train``: every process writes the state that steers refill (stream position, planner
       estimates, reward range, prompt history) beside its RNG state in each checkpoint; ``train`` restores it when
       resuming (`dynamic_sampling.state`).
-    * ``compute_loss``: with dynamic sampling, calls ``super()`` and, for a micro-batch without a single loss token
-      (only masked fill groups), turns TRL's token-mean metrics (``entropy``, clip ratios) into NaN: TRL would log 0.
+    * ``compute_loss``: with dynamic sampling, calls ``super()``. In a batch with masked fill groups and a loss type
+      that divides by its rows (``grpo``, ``sapo``, ``luspo``, ``dr_grpo``), the advantages and the KL coefficient
+      are scaled for that call so that the masked rows leave the denominator: the update is the one of the batch
+      without them (`core.loss`). For a micro-batch without a single loss token (only masked fill groups), TRL's
+      token-mean metrics (``entropy``, clip ratios) become NaN: TRL would log 0.
     * ``_generate``, ``_prepare_inputs``, ``training_step``: each calls ``super()`` inside a section of the step timer
       (``diagnostics=True``: the ``time/`` split); without diagnostics the timer is a no-op.
 
@@ -238,7 +241,20 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         metrics = self._metrics["train" if self.model.training else "eval"]
         marks = {key: len(metrics[key]) for key in TOKEN_MEAN_METRICS if key in metrics}
-        loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        scale = inputs.get(LOSS_SCALE_KEY)
+        beta = self.beta
+        if scale is not None:
+            # Masked fill rows still count in the row count that grpo/sapo/luspo/dr_grpo divide by (core/loss.py).
+            # Both terms that share that denominator, the policy term and the KL term, are scaled; the entropy
+            # bonus and the router's aux loss are not divided by rows and stay. Scaling the advantages by a positive
+            # factor scales the policy term exactly: TRL's clipping (min of two products with A), sapo's gate and the
+            # off-policy mask read only A's sign. A new dict: the buffered micro-batch is reused (num_iterations).
+            inputs = {**inputs, "advantages": inputs["advantages"] * scale}
+            self.beta = beta * float(scale)
+        try:
+            loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        finally:
+            self.beta = beta
         loss_mask = inputs["completion_mask"] * inputs.get("tool_mask", 1)
         if int(self.accelerator.gather(loss_mask.sum().reshape(1)).sum()) == 0:  # no loss token on any process
             blank_token_means(metrics, marks)
