@@ -138,7 +138,7 @@ class StateMixin:
         else:
             warnings.warn(
                 f"resuming inside a generation cycle from {checkpoint} without {name}: the rest of the cycle trains "
-                "on a freshly generated batch of the same prompts (their refill draws differ from the interrupted "
-                "run's).",
+                "on a freshly generated batch of the same prompts, with other refill draws than the interrupted run's "
+                "(the later cycles start at the same steps).",
                 stacklevel=4,
             )
