@@ -118,17 +118,20 @@ def record_generations(trainer) -> list[tuple[int, list[str]]]:
 MID_CYCLE = dict(
     max_steps=4, save_strategy="steps", save_steps=1, per_device_train_batch_size=4, steps_per_generation=2
 )
+# The same cycle from two iterations over one batch (the buffered micro-batch holds old_per_token_logps).
+TWO_ITERATIONS = dict(max_steps=4, save_strategy="steps", save_steps=1, num_iterations=2)
 
 
-def test_resume_mid_generation_cycle_loses_and_repeats_nothing(make_model, tokenizer, tmp_path):
+@pytest.mark.parametrize("cycle", [MID_CYCLE, TWO_ITERATIONS], ids=["steps_per_generation=2", "num_iterations=2"])
+def test_resume_mid_generation_cycle_loses_and_repeats_nothing(make_model, tokenizer, tmp_path, cycle):
     dataset = kinds_dataset(["right", "varying", "wrong"], repeat=8)
-    full, _, _ = build(make_model, tokenizer, tmp_path, dataset, **MID_CYCLE)
+    full, _, _ = build(make_model, tokenizer, tmp_path, dataset, **cycle)
     full_takes, full_generations = record_takes(full), record_generations(full)
     full.train()
     assert [step for step, _ in full_generations] == [0, 2]  # the test's premise: step 1 ends mid-cycle
     assert full_takes, "no refill draw: the stream's position would prove nothing"
 
-    resumed, _, _ = build(make_model, tokenizer, tmp_path, dataset, **MID_CYCLE)
+    resumed, _, _ = build(make_model, tokenizer, tmp_path, dataset, **cycle)
     resumed_takes, resumed_generations = record_takes(resumed), record_generations(resumed)
     resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-1"))
 

@@ -69,7 +69,7 @@ class StateMixin:
 
     def _inside_generation_cycle(self) -> bool:
         """Whether TRL's next micro-step trains a buffered micro-batch instead of generating (``_prepare_inputs``)."""
-        generate_every = self.args.steps_per_generation * self.num_iterations
+        generate_every = self.args.steps_per_generation * self.args.num_iterations
         return self._step % generate_every != 0 and self._buffered_inputs is not None
 
     def load_dynamic_sampling_state(self, state: dict[str, Any]) -> None:
@@ -129,7 +129,7 @@ class StateMixin:
         if micro_step is None:  # a checkpoint from before the count was saved: TRL's own resume (count from 0)
             return
         self._step = int(micro_step)
-        if self._step % (self.args.steps_per_generation * self.num_iterations) == 0:
+        if self._step % (self.args.steps_per_generation * self.args.num_iterations) == 0:
             return  # at a cycle's start: the next micro-step generates anyway
         name = refill_state_file(self.args.process_index, self.args.world_size, GENERATION_BUFFER_FILE)
         path = os.path.join(checkpoint, name)
