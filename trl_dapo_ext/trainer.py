@@ -63,8 +63,9 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
       in `dynamic_sampling.stream` and the batch assembly in `dynamic_sampling.assembly` (all reached through
       `DynamicSamplingMixin`).
     * ``_save_rng_state`` / ``train``: every process writes the state that steers refill (stream position, planner
-      estimates, reward range, prompt history) beside its RNG state in each checkpoint; ``train`` restores it when
-      resuming (`dynamic_sampling.state`).
+      estimates, reward range, prompt history) and TRL's micro-step count beside its RNG state in each checkpoint,
+      and inside a generation cycle the rest of the generation batch; ``train`` restores them when resuming, so the
+      resumed run trains the same micro-batches and generates at the same steps (`dynamic_sampling.state`).
     * ``compute_loss``: with dynamic sampling, calls ``super()``. In a batch with masked fill groups and a loss type
       that divides by its rows (``grpo``, ``sapo``, ``luspo``, ``dr_grpo``), the advantages and the KL coefficient
       are scaled for that call so that the masked rows leave the denominator: the update is the one of the batch
@@ -246,9 +247,10 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
         if scale is not None:
             # Masked fill rows still count in the row count that grpo/sapo/luspo/dr_grpo divide by (core/loss.py).
             # Both terms that share that denominator, the policy term and the KL term, are scaled; the entropy
-            # bonus and the router's aux loss are not divided by rows and stay. Scaling the advantages by a positive
-            # factor scales the policy term exactly: TRL's clipping (min of two products with A), sapo's gate and the
-            # off-policy mask read only A's sign. A new dict: the buffered micro-batch is reused (num_iterations).
+            # bonus and the router's aux loss are not divided by rows and stay. A positive factor on the advantages
+            # scales the policy term exactly: it is linear in A, TRL's clipping takes the min of two multiples of A,
+            # and sapo's temperature and the off-policy mask read only A's sign. A new dict, since TRL reuses the
+            # buffered micro-batch (num_iterations > 1).
             inputs = {**inputs, "advantages": inputs["advantages"] * scale}
             self.beta = beta * float(scale)
         try:
