@@ -132,6 +132,23 @@ def test_the_tool_mask_is_found_in_what_generate_returns():
         compat.generated_tool_mask_position(Renamed)
 
 
+def test_trl_loss_types_are_all_classified():
+    compat.check_loss_types()
+
+    class NewLoss(GRPOTrainer):
+        def _compute_loss(self, model, inputs):
+            if self.loss_type in ["grpo", "sapo"]:
+                return 0
+            elif self.loss_type == "per_row_sum":
+                return 1
+
+    assert compat.trl_loss_types(NewLoss) == {"grpo", "sapo", "per_row_sum"}
+    with pytest.raises(compat.TRLCompatibilityError, match="per_row_sum"):
+        compat.check_loss_types(NewLoss)
+    with pytest.raises(compat.TRLCompatibilityError, match="_compute_loss no longer exists"):
+        compat.check_loss_types(type("NoLoss", (), {}))
+
+
 def test_progress_bar_attribute_is_checked():
     compat.check_progress_bar()
 

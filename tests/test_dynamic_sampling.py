@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from statistics import mean, stdev
 
 import pytest
 import torch
@@ -211,16 +212,46 @@ def record_takes(trainer) -> list[tuple[int, int, list[int]]]:
     return takes
 
 
+def batch_rewards(batch, tokenizer) -> list[float]:
+    """The rewards of a batch's rows, recomputed from its decoded completions as KindReward scores them."""
+    texts = tokenizer.batch_decode(batch["completion_ids"], skip_special_tokens=True)
+    return KindReward()(completions=texts, kind=prompt_kinds(batch, tokenizer))
+
+
+def groups_of(values: list[float]) -> list[list[float]]:
+    return [values[start : start + G] for start in range(0, len(values), G)]
+
+
+EPS = 1e-4  # the stabiliser TRL adds to every standard deviation it divides by
+
+
+def hand_grpo(rewards: list[float]) -> list[float]:
+    """(r - group mean) / (group sample std + eps): TRL's default advantages (DeepSeekMath Sec. 4.1.2)."""
+    return [(r - mean(g)) / (stdev(g) + EPS) for g in groups_of(rewards) for r in g]
+
+
+def hand_loo_batch(rewards: list[float]) -> list[float]:
+    """(r - mean of the 3 other siblings) / (sample std of the whole batch + eps): RLOO with scale_rewards="batch"."""
+    spread = stdev(rewards)
+    return [(r - (sum(g) - r) / (G - 1)) / (spread + EPS) for g in groups_of(rewards) for r in g]
+
+
+def hand_normalize_then_sum(rewards: list[float]) -> list[float]:
+    """One reward function: standardise within each group, then standardise the result over the batch (GDPO)."""
+    within = [(r - mean(g)) / (stdev(g) + EPS) for g in groups_of(rewards) for r in g]
+    return [(z - mean(within)) / (stdev(within) + EPS) for z in within]
+
+
 @pytest.mark.parametrize(
-    "overrides",
+    "overrides,expected",
     [
-        {"gradient_accumulation_steps": 2, "num_iterations": 2},
-        {"scale_rewards": "batch", "advantage_estimator": "loo"},
-        {"multi_objective_aggregation": "normalize_then_sum", "loss_type": "grpo"},
+        ({"gradient_accumulation_steps": 2, "num_iterations": 2}, hand_grpo),
+        ({"scale_rewards": "batch", "advantage_estimator": "loo"}, hand_loo_batch),
+        ({"multi_objective_aggregation": "normalize_then_sum", "loss_type": "grpo"}, hand_normalize_then_sum),
     ],
     ids=["ga2-mu2", "batch-loo", "normalize-then-sum"],
 )
-def test_works_with_accumulation_iterations_and_batch_statistics(make_model, tokenizer, tmp_path, overrides):
+def test_works_with_accumulation_iterations_and_batch_statistics(make_model, tokenizer, tmp_path, overrides, expected):
     dataset = kinds_dataset(["right", "varying", "wrong", "varying"], repeat=6)
     trainer, _, recorder = build(make_model, tokenizer, tmp_path, dataset, max_steps=2, **overrides)
     trainer.train()
@@ -229,7 +260,9 @@ def test_works_with_accumulation_iterations_and_batch_statistics(make_model, tok
     for batch in recorder.batches:
         assert set(prompt_kinds(batch, tokenizer)) == {"varying"}
         assert batch["num_items_in_batch"].item() == batch["completion_mask"].sum().item()
-        assert batch["advantages"].abs().sum() > 0
+        # Batch statistics are those of the retained batch, not of the rounds it was picked from.
+        want = torch.tensor(expected(batch_rewards(batch, tokenizer)))
+        torch.testing.assert_close(batch["advantages"], want, rtol=1e-5, atol=1e-5, check_dtype=False)
 
 
 def test_lora_model(make_model, tokenizer, tmp_path):
@@ -240,10 +273,17 @@ def test_lora_model(make_model, tokenizer, tmp_path):
     trainer, _, recorder = build(
         make_model, tokenizer, tmp_path, dataset, model=model, max_steps=2, learning_rate=1e-2
     )
-    before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    lora = {name for name in before if ".lora_" in name}
+    assert {name for name, p in model.named_parameters() if p.requires_grad} == lora
+    assert len(lora) == 4  # lora_A and lora_B of q_proj and v_proj in the one layer
     trainer.train()
     assert len(recorder.batches) == 2
-    assert any(not torch.equal(before[n], p) for n, p in model.named_parameters() if p.requires_grad)
+    after = dict(model.named_parameters())
+    # The adapters learnt (lora_B starts at 0, so lora_A's first gradient is 0: two steps move both) ...
+    assert [name for name in sorted(lora) if torch.equal(before[name], after[name])] == []
+    # ... and the base model, embeddings and head included, is exactly what it was.
+    assert [name for name in sorted(set(before) - lora) if not torch.equal(before[name], after[name])] == []
 
 
 def test_overlong_penalty_never_makes_a_group_informative(make_model, tokenizer, tmp_path):

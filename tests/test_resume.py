@@ -6,9 +6,10 @@ import json
 import os
 
 import pytest
+import torch
 from test_dynamic_sampling import build, ds_logs, kinds_dataset, record_takes
 
-from trl_dapo_ext.dynamic_sampling.state import REFILL_STATE_FILE
+from trl_dapo_ext.dynamic_sampling.state import GENERATION_BUFFER_FILE, REFILL_STATE_FILE
 from trl_dapo_ext.metric_names import N
 
 pytestmark = pytest.mark.trainer
@@ -98,3 +99,63 @@ def test_resuming_from_a_checkpoint_without_the_state_warns(make_model, tokenize
     resumed, _, _ = build(make_model, tokenizer, tmp_path, dataset, max_steps=2)
     with pytest.warns(UserWarning, match="refill stream restarts"):
         resumed.train(resume_from_checkpoint=True)
+
+
+def record_generations(trainer) -> list[tuple[int, list[str]]]:
+    """(step, prompts) of every generation batch the trainer generates for, the dataloader's rows only."""
+    generations = []
+    inner = trainer._generate_and_score_completions
+
+    def recorded(inputs):
+        generations.append((trainer.state.global_step, [row["prompt"] for row in inputs]))
+        return inner(inputs)
+
+    trainer._generate_and_score_completions = recorded
+    return generations
+
+
+# One generation batch (2 groups of 4) serves two optimizer steps: a checkpoint after an odd step is mid-cycle.
+MID_CYCLE = dict(
+    max_steps=4, save_strategy="steps", save_steps=1, per_device_train_batch_size=4, steps_per_generation=2
+)
+# The same cycle from two iterations over one batch (the buffered micro-batch holds old_per_token_logps).
+TWO_ITERATIONS = dict(max_steps=4, save_strategy="steps", save_steps=1, num_iterations=2)
+
+
+@pytest.mark.parametrize("cycle", [MID_CYCLE, TWO_ITERATIONS], ids=["steps_per_generation=2", "num_iterations=2"])
+def test_resume_mid_generation_cycle_loses_and_repeats_nothing(make_model, tokenizer, tmp_path, cycle):
+    dataset = kinds_dataset(["right", "varying", "wrong"], repeat=8)
+    full, _, _ = build(make_model, tokenizer, tmp_path, dataset, **cycle)
+    full_takes, full_generations = record_takes(full), record_generations(full)
+    full.train()
+    assert [step for step, _ in full_generations] == [0, 2]  # the test's premise: step 1 ends mid-cycle
+    assert full_takes, "no refill draw: the stream's position would prove nothing"
+
+    resumed, _, _ = build(make_model, tokenizer, tmp_path, dataset, **cycle)
+    resumed_takes, resumed_generations = record_takes(resumed), record_generations(resumed)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-1"))
+
+    # Step 2 trains the second half of the batch generated before the checkpoint (no generation for it); the next
+    # batch is generated after step 2 from the same prompts, refill draws and stream position as without the stop.
+    runs = (resumed, full)
+    assert resumed_generations == [g for g in full_generations if g[0] >= 1]
+    assert resumed_takes == [take for take in full_takes if take[0] >= 1]
+    assert after_checkpoint(resumed, step=1) == after_checkpoint(full, step=1)
+    assert untimed(steering_state(resumed)) == untimed(steering_state(full))
+    losses = [[(h["step"], h["loss"]) for h in t.state.log_history if "loss" in h and h["step"] > 1] for t in runs]
+    assert losses[0] == losses[1] and len(losses[0]) == 3
+    for (name, ours), theirs in zip(resumed.model.named_parameters(), full.model.parameters()):
+        assert torch.equal(ours, theirs), name
+
+
+def test_resume_mid_cycle_without_the_buffer_warns_and_keeps_the_cycle(make_model, tokenizer, tmp_path):
+    dataset = kinds_dataset(["right", "varying", "wrong"], repeat=8)
+    first, _, _ = build(make_model, tokenizer, tmp_path, dataset, **{**MID_CYCLE, "max_steps": 1})
+    first.train()
+    os.remove(tmp_path / "checkpoint-1" / GENERATION_BUFFER_FILE)
+    resumed, _, _ = build(make_model, tokenizer, tmp_path, dataset, **MID_CYCLE)
+    generations = record_generations(resumed)
+    with pytest.warns(UserWarning, match="inside a generation cycle"):
+        resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-1"))
+    # The rest of the cycle is generated afresh; the next cycle still starts after step 2, as without the stop.
+    assert [step for step, _ in generations] == [1, 2]

@@ -7,7 +7,8 @@ that renames or reshapes one fails loudly, with this module's name in the messag
 * at import: the private methods (:data:`PRIVATE_METHODS`) and class attributes (:data:`PRIVATE_CLASS_ATTRIBUTES`),
   TRL's internal helpers (:data:`TRL_HELPERS`), the keys of TRL's batch dict that `dynamic_sampling/assembly.py`
   re-pads (:func:`check_batch_keys`), the metrics that it recomputes (:func:`check_recomputed_metrics`), where
-  ``_generate`` returns the tool mask (:func:`generated_tool_mask_position`) and the progress bar that shows refill
+  ``_generate`` returns the tool mask (:func:`generated_tool_mask_position`), the loss types whose denominators
+  `core/loss.py` knows (:func:`check_loss_types`) and the progress bar that shows refill
   rounds (:func:`check_progress_bar`);
 * at construction of every `DAPOTrainer`: the private attributes (:data:`PRIVATE_ATTRIBUTES`) and the layout of the
   ``_logs`` / ``_metrics`` buffers that dynamic sampling swaps and truncates (:func:`check_log_buffers`).
@@ -32,6 +33,7 @@ from packaging.version import Version
 from transformers.trainer_callback import ProgressCallback
 from trl import GRPOTrainer
 
+from .core.loss import LOSS_TYPES
 from .dynamic_sampling.assembly import (
     COMPLETION_KEYS,
     MULTIMODAL_KEYS,
@@ -79,6 +81,13 @@ PRIVATE_ATTRIBUTES: tuple[str, ...] = (
     "_tokenizer",
     "eos_token_ids",
     "log_completions",
+    # the KL coefficient _compute_loss reads: scaled with the advantages while masked fill rows leave the
+    # per-sequence denominator (DAPOTrainer.compute_loss)
+    "beta",
+    # _prepare_inputs' micro-step counter and its buffer of the current generation batch's micro-batches: saved
+    # and restored with dynamic sampling, so a run resumed mid-generation-cycle trains the rest of the same batch
+    "_step",
+    "_buffered_inputs",
 )
 
 # Private class attributes of GRPOTrainer that DAPOTrainer overrides.
@@ -266,6 +275,42 @@ def generated_tool_mask_position(trainer_class: type = GRPOTrainer) -> int:
     return names.index(GENERATE_TOOL_MASK)
 
 
+def trl_loss_types(trainer_class: type = GRPOTrainer) -> set[str] | None:
+    """The ``loss_type`` values ``_compute_loss`` branches on, read from its source (None without source)."""
+    if getattr(trainer_class, "_compute_loss", None) is None:
+        raise TRLCompatibilityError(
+            f"trl {trl.__version__}: GRPOTrainer._compute_loss no longer exists, whose loss normalisation "
+            "trl_dapo_ext/core/loss.py describes; trl_dapo_ext must be updated for this TRL release (see "
+            "trl_dapo_ext/compat.py)."
+        )
+    tree = _method_tree(trainer_class, "_compute_loss")
+    if tree is None:
+        return None
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and isinstance(node.left, ast.Attribute) and node.left.attr == "loss_type":
+            for comparator in node.comparators:
+                values = comparator.elts if isinstance(comparator, (ast.List, ast.Tuple, ast.Set)) else [comparator]
+                found.update(v.value for v in values if isinstance(v, ast.Constant) and isinstance(v.value, str))
+    return found
+
+
+def check_loss_types(trainer_class: type = GRPOTrainer) -> None:
+    """Raise `TRLCompatibilityError` if TRL has a loss type whose denominator `core/loss.py` does not classify.
+
+    Dynamic sampling's masked fill rows must leave every loss type's denominator; a new loss type that divides by
+    its rows would silently shrink the updates of filled batches.
+    """
+    found = trl_loss_types(trainer_class)
+    unknown = sorted((found or set()) - set(LOSS_TYPES))
+    if unknown:
+        raise TRLCompatibilityError(
+            f"trl {trl.__version__}: GRPOTrainer._compute_loss has loss types {unknown}, whose denominators "
+            "trl_dapo_ext/core/loss.py does not classify; trl_dapo_ext must be updated for this TRL release (see "
+            "trl_dapo_ext/compat.py)."
+        )
+
+
 def check_progress_bar(callback_class: type = ProgressCallback) -> None:
     """Raise `TRLCompatibilityError` if transformers' progress callback has no ``training_bar`` attribute."""
     if not hasattr(callback_class(), "training_bar"):
@@ -324,6 +369,7 @@ check_private_class_attributes()
 check_trl_helpers()
 check_batch_keys()
 check_recomputed_metrics()
+check_loss_types()
 check_progress_bar()
 warn_if_untested()
 _GENERATE_TOOL_MASK_POSITION = generated_tool_mask_position()

@@ -74,7 +74,9 @@ class DAPOConfig(GRPOConfig):
         planner's strata and skipping) with each prompt's measured outcome before the first step.
     dynamic_sampling_on_exhausted (`str`, defaults to `"error"`):
         When the budget runs out: `"error"` raises with the counts; `"fill"` completes the batch with the closest
-        uninformative groups, masked out of the loss, and warns once.
+        uninformative groups, masked out of the loss, and warns once. The masked rows leave the denominator of every
+        `loss_type`: the update is TRL's for the batch without them (with `bnpo`, a micro-batch of only masked rows
+        still counts in TRL's average over micro-batches; see docs/dynamic-sampling.md).
 
     > Diagnostics
 
@@ -219,7 +221,8 @@ class DAPOConfig(GRPOConfig):
         default="error",
         metadata={
             "help": "When the round budget runs out before the batch is full: 'error' raises with the counts; 'fill' "
-            "completes the batch with the closest uninformative groups, masked out of the loss, and warns once.",
+            "completes the batch with the closest uninformative groups, masked out of the loss (they leave every "
+            "loss_type's denominator), and warns once.",
             "choices": ["error", "fill"],
         },
     )

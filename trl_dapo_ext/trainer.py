@@ -34,7 +34,7 @@ from .core.metrics import (
     truncated_completions,
 )
 from .core.overlong import OverlongPenalty, penalty_only_where_scored
-from .dynamic_sampling.assembly import _Round
+from .dynamic_sampling.assembly import LOSS_SCALE_KEY, _Round
 from .dynamic_sampling.rounds import DynamicSamplingMixin, _with_prompt_index
 from .metric_names import N
 
@@ -69,10 +69,14 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
       in `dynamic_sampling.stream` and the batch assembly in `dynamic_sampling.assembly` (all reached through
       `DynamicSamplingMixin`).
     * ``_save_rng_state`` / ``train``: every process writes the state that steers refill (stream position, planner
-      estimates, reward range, prompt history) beside its RNG state in each checkpoint; ``train`` restores it when
-      resuming (`dynamic_sampling.state`).
-    * ``compute_loss``: with dynamic sampling, calls ``super()`` and, for a micro-batch without a single loss token
-      (only masked fill groups), turns TRL's token-mean metrics (``entropy``, clip ratios) into NaN: TRL would log 0.
+      estimates, reward range, prompt history) and TRL's micro-step count beside its RNG state in each checkpoint,
+      and inside a generation cycle the rest of the generation batch; ``train`` restores them when resuming, so the
+      resumed run trains the same micro-batches and generates at the same steps (`dynamic_sampling.state`).
+    * ``compute_loss``: with dynamic sampling, calls ``super()``. In a batch with masked fill groups and a loss type
+      that divides by its rows (``grpo``, ``sapo``, ``luspo``, ``dr_grpo``), the advantages and the KL coefficient
+      are scaled for that call so that the masked rows leave the denominator: the update is the one of the batch
+      without them (`core.loss`). For a micro-batch without a single loss token (only masked fill groups), TRL's
+      token-mean metrics (``entropy``, clip ratios) become NaN: TRL would log 0.
     * ``_generate``, ``_prepare_inputs``, ``training_step``: each calls ``super()`` inside a section of the step timer
       (``diagnostics=True``: the ``time/`` split); without diagnostics the timer is a no-op. ``_generate`` also keeps
       the tool mask it returns, before ``mask_truncated_completions`` zeroes truncated rows of it: the recomputed
@@ -271,7 +275,21 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         metrics = self._metrics["train" if self.model.training else "eval"]
         marks = {key: len(metrics[key]) for key in TOKEN_MEAN_METRICS if key in metrics}
-        loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        scale = inputs.get(LOSS_SCALE_KEY)
+        beta = self.beta
+        if scale is not None:
+            # Masked fill rows still count in the row count that grpo/sapo/luspo/dr_grpo divide by (core/loss.py).
+            # Both terms that share that denominator, the policy term and the KL term, are scaled; the entropy
+            # bonus and the router's aux loss are not divided by rows and stay. A positive factor on the advantages
+            # scales the policy term exactly: it is linear in A, TRL's clipping takes the min of two multiples of A,
+            # and sapo's temperature and the off-policy mask read only A's sign. A new dict, since TRL reuses the
+            # buffered micro-batch (num_iterations > 1).
+            inputs = {**inputs, "advantages": inputs["advantages"] * scale}
+            self.beta = beta * float(scale)
+        try:
+            loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        finally:
+            self.beta = beta
         loss_mask = inputs["completion_mask"] * inputs.get("tool_mask", 1)
         if int(self.accelerator.gather(loss_mask.sum().reshape(1)).sum()) == 0:  # no loss token on any process
             blank_token_means(metrics, marks)

@@ -23,6 +23,7 @@ from accelerate.utils import gather_object
 
 from ..core.advantages import combine_rewards, nan_std
 from ..core.groups import fill_priority, group_reward_spread
+from ..core.loss import masked_rows_loss_scale
 
 # key -> (side, pad value); None = the tokenizer's pad token id.
 PROMPT_KEYS: dict[str, int | None] = {"prompt_ids": None, "prompt_mask": 0}
@@ -37,6 +38,9 @@ COMPLETION_KEYS: dict[str, float | int | None] = {
 }
 ROW_KEYS = ("advantages",)
 SCALAR_KEYS = ("num_items_in_batch",)
+# Ours, not TRL's: put into a batch that holds masked fill rows when the loss type divides by its rows (a 0-dim tensor,
+# which TRL's shuffle and split hand to every micro-batch unchanged); DAPOTrainer.compute_loss applies it.
+LOSS_SCALE_KEY = "dapo_ext_loss_scale"
 MULTIMODAL_KEYS = (
     "pixel_values",
     "image_grid_thw",
@@ -280,6 +284,13 @@ class AssemblyMixin:
         # The dapo/cispo/vespo losses divide by the global number of loss tokens of this batch.
         loss_mask = batch["completion_mask"] * batch.get("tool_mask", 1)
         batch["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
+        # The grpo/sapo/luspo/dr_grpo losses count rows, masked or not: the factor that takes the masked rows out.
+        masked_rows = int(self.accelerator.gather(filled.sum().reshape(1).to(device)).sum())
+        scale = masked_rows_loss_scale(
+            self.args.loss_type, rows=len(filled) * self.accelerator.num_processes, masked_rows=masked_rows
+        )
+        if scale != 1.0:
+            batch[LOSS_SCALE_KEY] = torch.tensor(scale, device=device)
 
         facts = _Assembled(
             rewards_per_func=rewards_per_func,

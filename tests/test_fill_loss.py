@@ -1,0 +1,166 @@
+"""Fill groups (``dynamic_sampling_on_exhausted="fill"``) leave every TRL loss type's denominator.
+
+The reference is TRL's own loss (``GRPOTrainer.compute_loss``) on the same batch with the masked rows removed: the
+gradient with the masked rows in the batch must equal the gradient without them, for every loss type TRL offers.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_dynamic_sampling import G, build, kinds_dataset, prompt_kinds
+from trl import GRPOTrainer
+
+from trl_dapo_ext import compat
+from trl_dapo_ext.dynamic_sampling.assembly import LOSS_SCALE_KEY
+
+pytestmark = pytest.mark.trainer
+
+# Every loss type of TRL 1.15 and 1.16 (GRPOTrainer._compute_loss), with the settings TRL requires for it.
+LOSS_TYPES = {
+    "grpo": {},
+    "bnpo": {},
+    "dr_grpo": {},
+    "dapo": {},
+    "cispo": {},
+    "sapo": {},
+    "luspo": {"importance_sampling_level": "sequence"},  # TRL refuses luspo at the token level
+    "vespo": {},
+}
+
+
+def test_the_tests_cover_every_loss_type_trl_offers():
+    assert compat.trl_loss_types() == set(LOSS_TYPES)
+
+
+def fill_trainer(make_model, tokenizer, tmp_path, **overrides):
+    """A trainer whose one-round budget cannot fill a batch of two groups made of a varying prompt (informative) and
+    an always-right prompt: the right group fills the batch, masked."""
+    dataset = kinds_dataset(["varying", "right"], repeat=12)
+    model = make_model(seed=2)
+    if overrides.get("beta", 0.0) != 0.0:  # TRL loads the reference model from the policy's path: give it one
+        model.save_pretrained(tmp_path / "policy")
+        model = str(tmp_path / "policy")
+    trainer, _, _ = build(
+        make_model,
+        tokenizer,
+        tmp_path,
+        dataset,
+        model=model,
+        dynamic_sampling_max_rounds=1,
+        dynamic_sampling_oversample=1.0,
+        dynamic_sampling_on_exhausted="fill",
+        num_iterations=2,  # TRL then keeps the generating policy's log-probabilities (old_per_token_logps)
+        **overrides,
+    )
+    trainer.model.train()
+    rows = [dict(trainer.train_dataset[i]) for i in (0, 1) for _ in range(G)]  # index 0 varies, index 1 is right
+    return trainer, rows
+
+
+def move_off_policy(trainer, scale: float = 0.1) -> None:
+    """Move the model away from the policy that generated (and from the reference model), so that ratios, clipping
+    and the KL term all take part in the loss."""
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for parameter in trainer.model.parameters():
+            parameter.add_(scale * torch.randn(parameter.shape, generator=generator))
+    trainer.current_gradient_accumulation_steps = 1  # set by Trainer's loop, which these tests do not run
+
+
+def rows_of(batch: dict, keep: torch.Tensor) -> dict:
+    """The ``keep`` rows of a batch, every other key as it is."""
+    return {key: value[keep] if torch.is_tensor(value) and value.dim() > 0 else value for key, value in batch.items()}
+
+
+def without_rows(batch: dict, drop: torch.Tensor) -> dict:
+    """The batch TRL would have built without the ``drop`` rows (and without the mask that hid them)."""
+    return {k: v for k, v in rows_of(batch, ~drop).items() if k != "tool_mask" and not k.startswith("dapo_ext_")}
+
+
+def gradients(model, loss) -> dict[str, torch.Tensor]:
+    model.zero_grad(set_to_none=True)
+    loss.backward()
+    grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    return grads
+
+
+def assert_same_gradients(ours: dict, reference: dict) -> None:
+    assert ours.keys() == reference.keys()
+    norm = torch.sqrt(sum(g.pow(2).sum() for g in reference.values()))
+    assert norm > 1e-4, "no gradient: the comparison would prove nothing"
+    for name in reference:
+        torch.testing.assert_close(ours[name], reference[name], rtol=1e-4, atol=1e-6 * float(norm), msg=name)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{"loss_type": name, **settings} for name, settings in LOSS_TYPES.items()]
+    + [{"loss_type": "grpo", "beta": 0.5}, {"loss_type": "dr_grpo", "beta": 0.5}],
+    ids=[*LOSS_TYPES, "grpo-kl", "dr_grpo-kl"],
+)
+def test_masked_fill_rows_leave_the_loss_denominator(make_model, tokenizer, tmp_path, overrides):
+    trainer, rows = fill_trainer(make_model, tokenizer, tmp_path, **overrides)
+    with pytest.warns(UserWarning, match="masked out of the loss"):
+        batch = trainer._generate_and_score_completions(rows)
+    move_off_policy(trainer)
+    filled = torch.tensor([kind == "right" for kind in prompt_kinds(batch, tokenizer)])
+    assert filled.tolist() == [False] * G + [True] * G
+    assert torch.all(batch["advantages"][filled] == 0) and batch["advantages"][~filled].abs().min() > 0
+    if "beta" in overrides:
+        assert "ref_per_token_logps" in batch
+
+    ours = gradients(trainer.model, trainer.compute_loss(trainer.model, batch))
+    reference = gradients(trainer.model, GRPOTrainer.compute_loss(trainer, trainer.model, without_rows(batch, filled)))
+    assert_same_gradients(ours, reference)
+
+
+def test_masked_rows_leave_the_denominator_across_micro_batches(make_model, tokenizer, tmp_path):
+    # One generation batch of 8 rows in two micro-batches of 4 (TRL shuffles the rows, then splits them): each
+    # micro-batch's loss is one accumulation step's; their summed gradient is the batch's without the masked rows.
+    trainer, rows = fill_trainer(
+        make_model, tokenizer, tmp_path, loss_type="grpo", per_device_train_batch_size=4, gradient_accumulation_steps=2
+    )
+    # TRL's own buffering: micro-step 0 of the cycle generates and hands out micro-batch 0, micro-step 1 the other.
+    micro_batches = []
+    with pytest.warns(UserWarning, match="masked out of the loss"):
+        for step in (0, 1):
+            trainer._step = step
+            micro_batches.append(trainer._prepare_inputs(rows))
+    move_off_policy(trainer)
+    trainer.current_gradient_accumulation_steps = 2
+    summed = {}
+    for micro_batch in micro_batches:
+        for name, grad in gradients(trainer.model, trainer.compute_loss(trainer.model, micro_batch)).items():
+            summed[name] = summed.get(name, 0) + grad
+
+    whole = {
+        key: torch.cat([mb[key] for mb in micro_batches]) for key, value in micro_batches[0].items() if value.dim()
+    }
+    whole["num_items_in_batch"] = micro_batches[0]["num_items_in_batch"]
+    filled = torch.tensor([kind == "right" for kind in prompt_kinds(whole, tokenizer)])
+    assert int(filled.sum()) == G
+    trainer.current_gradient_accumulation_steps = 1
+    reference = gradients(trainer.model, GRPOTrainer.compute_loss(trainer, trainer.model, without_rows(whole, filled)))
+    assert_same_gradients(summed, reference)
+
+
+def test_bnpo_still_counts_a_micro_batch_of_only_masked_rows(make_model, tokenizer, tmp_path):
+    """The documented limit of bnpo (docs/dynamic-sampling.md): it divides each micro-batch by that micro-batch's loss
+    tokens, which never include masked rows, but TRL averages the micro-batches of an accumulation window, and a
+    micro-batch made only of masked rows adds a zero to that average."""
+    trainer, rows = fill_trainer(make_model, tokenizer, tmp_path, loss_type="bnpo")
+    with pytest.warns(UserWarning, match="masked out of the loss"):
+        batch = trainer._generate_and_score_completions(rows)
+    move_off_policy(trainer)
+    filled = torch.tensor([kind == "right" for kind in prompt_kinds(batch, tokenizer)])
+    assert LOSS_SCALE_KEY not in batch  # no factor for bnpo: within a micro-batch the masked rows are already out
+    trainer.current_gradient_accumulation_steps = 2
+    summed = {}
+    for micro_batch in (rows_of(batch, ~filled), rows_of(batch, filled)):
+        for name, grad in gradients(trainer.model, trainer.compute_loss(trainer.model, micro_batch)).items():
+            summed[name] = summed.get(name, 0) + grad
+    trainer.current_gradient_accumulation_steps = 1
+    alone = gradients(trainer.model, GRPOTrainer.compute_loss(trainer, trainer.model, without_rows(batch, filled)))
+    assert_same_gradients(summed, {name: grad / 2 for name, grad in alone.items()})
