@@ -24,7 +24,7 @@ import sys
 
 from .codec import decode_value, encode_value
 from .confine import confine
-from .os_calls import read_all, write_all
+from .os_calls import describe, read_all, report, write_all
 
 REPORT_FD, RUN_FD = 3, 4
 _MEMORY_LOADING = b'{"k":-1,"o":"memory","d":"MemoryError while loading"}\n'
@@ -56,14 +56,7 @@ def main(argv: list[str]) -> int:
 
 
 def _report(rec: dict) -> None:
-    try:
-        write_all(REPORT_FD, (json.dumps(rec, separators=(",", ":")) + "\n").encode())
-    except BaseException:
-        os._exit(71)
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:300]
+    report(REPORT_FD, rec)
 
 
 def _resolve_callable(g: dict, name: str):
@@ -87,7 +80,7 @@ def _load(code: str, setup=()) -> dict:
     except MemoryError:
         failure = "memory"  # reported below, once the traceback (and the memory it pins) is gone
     except BaseException as exc:  # SystemExit included: leaving early is not a pass
-        failure = _describe(exc)
+        failure = describe(exc)
     if failure is not None:
         g.clear()
         if failure == "memory":
@@ -119,7 +112,7 @@ def run_calls(code: str, setup, cases: list, start: int) -> None:
         except MemoryError:
             pass
         except BaseException as exc:
-            rec = {"k": k, "o": "error", "d": _describe(exc)}
+            rec = {"k": k, "o": "error", "d": describe(exc)}
         if rec is None:
             value = None
             rec = {"k": k, "o": "memory", "d": "MemoryError"}
@@ -153,7 +146,7 @@ def serve_calls(code: str) -> None:
         except MemoryError:
             pass
         except Exception as exc:
-            rec = {"o": "raise", "t": type(exc).__name__, "d": _describe(exc)}
+            rec = {"o": "raise", "t": type(exc).__name__, "d": describe(exc)}
         except BaseException:
             os._exit(0)
         _report(rec if rec is not None else {"o": "memory", "d": "MemoryError"})

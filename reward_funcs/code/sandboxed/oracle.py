@@ -14,20 +14,9 @@ import json
 import os
 
 from .codec import NotPlainData, decode_value, encode_value
-from .os_calls import PR_SET_DUMPABLE, prctl, write_all
+from .os_calls import PR_SET_DUMPABLE, describe, prctl, report, write_all
 
 VERDICT_FD = 3
-
-
-def report(rec: dict) -> None:
-    try:
-        write_all(VERDICT_FD, (json.dumps(rec, separators=(",", ":")) + "\n").encode())
-    except BaseException:
-        os._exit(71)
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:300]
 
 
 class _SolutionError(Exception):
@@ -58,7 +47,7 @@ def run_tests(test: str, names: list[str], cap: int) -> None:
     buf = bytearray()
 
     def finish(rec: dict) -> None:
-        report(rec)
+        report(VERDICT_FD, rec)
         os._exit(0)
 
     def answer() -> dict:
@@ -84,7 +73,7 @@ def run_tests(test: str, names: list[str], cap: int) -> None:
     if first.get("o") != "loaded":
         outcome = "memory" if first.get("o") == "memory" else "error"
         finish({"o": outcome, "d": "solution did not load: " + str(first.get("d", ""))[:300]})
-    report({"o": "loaded"})
+    report(VERDICT_FD, {"o": "loaded"})
     ncalls = [0]
 
     def stub_for(name: str):
@@ -122,7 +111,7 @@ def run_tests(test: str, names: list[str], cap: int) -> None:
     except MemoryError:
         finish({"o": "memory", "d": "MemoryError in the tests"})
     except BaseException as exc:  # a failed assert, or an error of (or re-raised from) the solution
-        finish({"o": "ok", "v": False, "d": _describe(exc)})
+        finish({"o": "ok", "v": False, "d": describe(exc)})
     if ncalls[0] == 0:
         finish({"o": "ok", "v": False, "d": "the tests never called the solution"})
     finish({"o": "ok", "v": True})

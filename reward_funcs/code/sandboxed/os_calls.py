@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import signal
 
@@ -49,6 +50,19 @@ def write_all(fd: int, data: bytes) -> None:
     while view:
         n = os.write(fd, view)
         view = view[n:]
+
+
+def report(fd: int, record: dict) -> None:
+    """Write one report (a JSON line, the format of every report pipe); a process that cannot report ends (71)."""
+    try:
+        write_all(fd, (json.dumps(record, separators=(",", ":")) + "\n").encode())
+    except BaseException:
+        os._exit(71)
+
+
+def describe(exc: BaseException) -> str:
+    """An exception as a report's detail: its type and message, capped."""
+    return f"{type(exc).__name__}: {exc}"[:300]
 
 
 def pids() -> list[int]:
