@@ -597,3 +597,25 @@ def test_float_tolerance_is_opt_in_for_stdio_and_calls():
 def test_stdio_nonzero_exit_fails_even_with_right_output():
     code = "print(42)\nimport sys\nsys.exit(3)"
     assert outcomes(code, "stdio")[0] == "error"
+
+
+def test_site_packages_shows_package_folders_only(isolation, tmp_path, monkeypatch):
+    """With ``site_packages=True`` the namespace backends show the environment's packages, never the other folders
+    on ``sys.path`` (the tests' own folder is on it under pytest; a script's folder holds its data)."""
+    iso, backend = isolation
+    if not backend.startswith("ns"):
+        pytest.skip("only the namespace backend replaces the file system view")
+    script_dir = tmp_path / "my-training-script"
+    script_dir.mkdir()
+    (script_dir / "data.jsonl").write_text(SECRET)
+    monkeypatch.syspath_prepend(str(script_dir))
+    probe = "import os, json\ndef double(x):\n    return [os.path.exists(p) for p in x] + [json.dumps(1)]\n"
+    paths = [str(script_dir), str(REPO / "tests"), str(REPO / "reward_funcs")]  # the repo may hold the venv
+    report = run_code_tests(
+        probe,
+        {"fn_name": "double", "inputs": [[paths]], "outputs": [[False, False, False, "1"]]},
+        isolation=iso,
+        site_packages=True,
+        **LIMITS,
+    )
+    assert [o.outcome for o in report.outcomes] == ["passed"], report.outcomes

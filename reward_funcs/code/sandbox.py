@@ -110,11 +110,25 @@ def _launcher_cmd(backend: str, result_fd: int, site_packages: bool) -> list[str
 
 
 def _python_paths(site_packages: bool) -> list[str]:
+    """The folders the namespace backends show read-only: the Python install, and with ``site_packages`` the
+    environment and its package folders, never the other entries of ``sys.path`` (the script's folder, the working
+    directory, a source checkout on an editable install), which can hold the datasets and their tests."""
     paths = {sys.base_prefix, sys.base_exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
     if site_packages:
         paths.add(sys.prefix)
-        paths.update(p for p in sys.path if p and os.path.isdir(p))
+        paths.update(p for p in sys.path if _is_package_folder(p))
     return sorted(paths)
+
+
+def _is_package_folder(path: str) -> bool:
+    """A ``site-packages`` / ``dist-packages`` folder, or a folder inside the Python install or the environment."""
+    if not path or not os.path.isdir(path):
+        return False
+    real = os.path.realpath(path)
+    if os.path.basename(real) in ("site-packages", "dist-packages"):
+        return True
+    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
+    return any(real == p or real.startswith(p + os.sep) for p in prefixes)
 
 
 def _stdlib_traversable() -> bool:
