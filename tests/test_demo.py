@@ -107,3 +107,56 @@ def test_rl_schedule_decays_the_last_steps_and_the_quick_run_stays_constant():
     assert demo._schedule(short)["lr_scheduler_kwargs"] == {"num_decay_steps": 40}
     quick = demo.DemoSettings(**demo.QUICK)
     assert demo._schedule(quick) == dict(lr_scheduler_type="constant_with_warmup")
+
+
+@pytest.mark.parametrize(
+    ("argv", "threads"),
+    [
+        ([], "auto"),  # the default: the cores other processes leave free
+        (["--threads", "3"], 3),
+        (["--quick"], 1),  # --quick pins one thread (its learning bound was measured on one)
+        (["--quick", "--threads", "auto"], "auto"),  # an explicit flag wins over --quick
+    ],
+)
+def test_demo_threads_flag(argv, threads, monkeypatch):
+    seen = []
+    monkeypatch.setattr(demo, "run_demo", seen.append)
+    assert demo.main(argv) == 0
+    assert seen[0].threads == threads
+
+
+@pytest.mark.parametrize("value", ["0", "two"])
+def test_demo_threads_flag_rejects_what_is_not_a_count(value, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        demo.main(["--threads", value])
+    assert exit_info.value.code == 2
+    assert "expected auto or a whole number >= 1" in capsys.readouterr().err
+
+
+@pytest.mark.trainer
+def test_demo_prints_and_records_the_thread_count_auto_chose(tmp_path, monkeypatch, capsys):
+    import torch
+
+    from trl_dapo_ext import cpu_threads
+
+    # One of two cores busy with another process (measured, in a real run): auto takes the other one.
+    monkeypatch.setattr(cpu_threads, "affinity_cores", lambda: 2)
+    monkeypatch.setattr(cpu_threads, "cpu_quota", lambda: None)
+    monkeypatch.setattr(cpu_threads, "busy_cores", lambda window_s: (1.0, "/proc/stat over 0.5 s"))
+    settings = demo.DemoSettings(
+        output_dir=str(tmp_path), model_size="tiny", num_problems=64, held_out=8, sft_steps=2, warm_start_target=None,
+        rl_steps=5, prompts_per_step=2, num_generations=4, eval_samples=2,  # 5: one logging step for the report
+    )  # fmt: skip
+    assert settings.threads == "auto"
+    try:
+        summary = demo.run_demo(settings)
+    finally:
+        torch.set_num_threads(1)  # as conftest set it, for the tests after this one
+    assert "threads: 1 (auto: 2 cores, 1.0 of them kept busy by other processes" in capsys.readouterr().out
+    recorded = json.loads((tmp_path / "demo_results.json").read_text())
+    assert recorded == json.loads(json.dumps(summary))
+    assert recorded["settings"]["threads"] == 1  # the count that ran: --threads 1 repeats the run
+    assert recorded["threads"] == dict(
+        threads=1, requested="auto", cores=2, quota=None, busy=1.0, measured_by="/proc/stat over 0.5 s", at_most=2
+    )
+    assert set(recorded["openmp"]) >= {"configured"}  # and the wait variables in effect, if any
