@@ -160,3 +160,11 @@ def test_demo_prints_and_records_the_thread_count_auto_chose(tmp_path, monkeypat
         threads=1, requested="auto", cores=2, quota=None, busy=1.0, measured_by="/proc/stat over 0.5 s", at_most=2
     )
     assert set(recorded["openmp"]) >= {"configured"}  # and the wait variables in effect, if any
+
+
+def test_demo_help_says_what_threads_auto_does(capsys):
+    with pytest.raises(SystemExit):
+        demo.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"or auto (the default: the cores other processes leave free, at most {demo.AUTO_THREADS_AT_MOST}" in text
+    assert "recorded in demo_results.json" in text
