@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from trl_dapo_ext.cli import demo
+from trl_dapo_ext.cpu_threads import WAIT_VARIABLES
 
 # Held-out sampled accuracy must rise by at least this much (points) in the quick run (see the docstring below).
 MIN_GAIN_POINTS = 1.0
@@ -29,7 +30,8 @@ def test_quick_demo_runs_end_to_end(tmp_path):
     2-core machine (whose native path is AVX2) over seeds 0-2 and the default, avx2 and native paths (10 runs, one
     repeated: identical): +4.6 to +10.6 points, median +7.5; the bound of 1 point is below the smallest.
     """
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    env = {key: value for key, value in os.environ.items() if key not in WAIT_VARIABLES}  # the package's default
+    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
     command = [sys.executable, "-m", "trl_dapo_ext.cli.main", "demo", "--quick", "--output-dir", str(tmp_path)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=1800, env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -43,6 +45,10 @@ def test_quick_demo_runs_end_to_end(tmp_path):
     gain = (after["sampled"] - before["sampled"]) * 100
     assert gain >= MIN_GAIN_POINTS, (before, after)
     assert (tmp_path / "final" / "model.safetensors").is_file()  # the trained policy is saved
+    # --quick pins one thread; the command set the wait policy before torch loaded (tests/test_cpu_threads.py)
+    assert "threads: 1 (as set)" in result.stdout
+    assert summary["settings"]["threads"] == 1 and summary["threads"]["requested"] == 1
+    assert summary["openmp"] == {"configured": "set", "OMP_WAIT_POLICY": "PASSIVE"}
 
 
 def _rows(count: int) -> list[dict[str, str]]:

@@ -29,6 +29,7 @@ Example:
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import sys
@@ -165,6 +166,8 @@ def cpu_quota(root: Path = Path("/")) -> float | None:
         return None
     quotas = []
     for line in lines:
+        if line.count(":") < 2:
+            continue
         _, controllers, path = line.split(":", 2)
         relative = path.strip("/")
         if controllers == "":  # cgroup v2 (unified): the quota can be on any ancestor
@@ -303,8 +306,6 @@ def parse_threads(value: str) -> int | str:
     except ValueError:
         threads = 0
     if threads < 1:
-        import argparse
-
         raise argparse.ArgumentTypeError(f"expected auto or a whole number >= 1, got {value!r}")
     return threads
 

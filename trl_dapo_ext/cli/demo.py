@@ -73,7 +73,7 @@ class DemoSettings:
 
 
 # --threads auto never picks more: the README's results and the 1.45x speed-up of two threads were measured on 2
-# cores, and a 0.5M-parameter model's matrices are too small to gain much from more (--threads N goes beyond).
+# cores, and more threads were never measured with this model (--threads N goes beyond).
 AUTO_THREADS_AT_MOST = 2
 
 
