@@ -46,7 +46,17 @@ def run_one(seed: int, path: str, out_dir: Path, extra: list[str]) -> dict:
     summary = json.loads((out_dir / "demo_results.json").read_text())
     before, after = summary["before"]["sampled"], summary["results"]["dapo"]["after"]["sampled"]
     cpu = usage.ru_utime + usage.ru_stime
-    return dict(seed=seed, path=path, before=before, after=after, gain=100 * (after - before), wall=wall, cpu=cpu)
+    threads = summary["settings"]["threads"]  # the count the run used (--threads auto picks it at the start)
+    return dict(
+        seed=seed,
+        path=path,
+        threads=threads,
+        before=before,
+        after=after,
+        gain=100 * (after - before),
+        wall=wall,
+        cpu=cpu,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,7 +64,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS))
     parser.add_argument(
-        "--jobs", type=int, default=1, help="runs at once (each on the demo's --threads: 2 by default, 1 with --quick)"
+        "--jobs",
+        type=int,
+        default=1,
+        help="runs at once. Each demo picks its threads when it starts (--threads auto, at most 2; 1 with --quick) "
+        "and runs started together do not see each other yet: with --jobs > 1 pass '-- --threads 1'",
     )
     parser.add_argument("--output-dir", default=None, help="where the runs go (default: a temporary directory)")
     parser.add_argument("demo_args", nargs="*", help="extra `trl-dapo demo` options, after --")
@@ -64,11 +78,11 @@ def main(argv: list[str] | None = None) -> int:
     with ThreadPoolExecutor(max_workers=options.jobs) as pool:
         rows = list(pool.map(lambda job: run_one(*job, root / f"seed{job[0]}-{job[1]}", options.demo_args), jobs))
 
-    print("| seed | kernel path | sampled before | sampled after | gain | wall | CPU time |")
-    print("|---|---|---|---|---|---|---|")
+    print("| seed | kernel path | threads | sampled before | sampled after | gain | wall | CPU time |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
-            f"| {r['seed']} | {r['path']} | {r['before']:.1%} | {r['after']:.1%} | {r['gain']:+.1f} pt "
+            f"| {r['seed']} | {r['path']} | {r['threads']} | {r['before']:.1%} | {r['after']:.1%} | {r['gain']:+.1f} pt "
             f"| {r['wall']:.0f} s | {r['cpu']:.0f} s |"
         )
     for key, unit in (("gain", "pt"), ("wall", "s"), ("cpu", "s")):

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from trl_dapo_ext.cli import demo
+from trl_dapo_ext.cpu_threads import WAIT_VARIABLES
 
 # Held-out sampled accuracy must rise by at least this much (points) in the quick run (see the docstring below).
 MIN_GAIN_POINTS = 1.0
@@ -29,7 +30,8 @@ def test_quick_demo_runs_end_to_end(tmp_path):
     2-core machine (whose native path is AVX2) over seeds 0-2 and the default, avx2 and native paths (10 runs, one
     repeated: identical): +4.6 to +10.6 points, median +7.5; the bound of 1 point is below the smallest.
     """
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    env = {key: value for key, value in os.environ.items() if key not in WAIT_VARIABLES}  # the package's default
+    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
     command = [sys.executable, "-m", "trl_dapo_ext.cli.main", "demo", "--quick", "--output-dir", str(tmp_path)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=1800, env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -43,6 +45,10 @@ def test_quick_demo_runs_end_to_end(tmp_path):
     gain = (after["sampled"] - before["sampled"]) * 100
     assert gain >= MIN_GAIN_POINTS, (before, after)
     assert (tmp_path / "final" / "model.safetensors").is_file()  # the trained policy is saved
+    # --quick pins one thread; the command set the wait policy before torch loaded (tests/test_cpu_threads.py)
+    assert "threads: 1 (as set)" in result.stdout
+    assert summary["settings"]["threads"] == 1 and summary["threads"]["requested"] == 1
+    assert summary["openmp"] == {"configured": "set", "OMP_WAIT_POLICY": "PASSIVE"}
 
 
 def _rows(count: int) -> list[dict[str, str]]:
@@ -107,3 +113,64 @@ def test_rl_schedule_decays_the_last_steps_and_the_quick_run_stays_constant():
     assert demo._schedule(short)["lr_scheduler_kwargs"] == {"num_decay_steps": 40}
     quick = demo.DemoSettings(**demo.QUICK)
     assert demo._schedule(quick) == dict(lr_scheduler_type="constant_with_warmup")
+
+
+@pytest.mark.parametrize(
+    ("argv", "threads"),
+    [
+        ([], "auto"),  # the default: the cores other processes leave free
+        (["--threads", "3"], 3),
+        (["--quick"], 1),  # --quick pins one thread (its learning bound was measured on one)
+        (["--quick", "--threads", "auto"], "auto"),  # an explicit flag wins over --quick
+    ],
+)
+def test_demo_threads_flag(argv, threads, monkeypatch):
+    seen = []
+    monkeypatch.setattr(demo, "run_demo", seen.append)
+    assert demo.main(argv) == 0
+    assert seen[0].threads == threads
+
+
+@pytest.mark.parametrize("value", ["0", "two"])
+def test_demo_threads_flag_rejects_what_is_not_a_count(value, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        demo.main(["--threads", value])
+    assert exit_info.value.code == 2
+    assert "expected auto or a whole number >= 1" in capsys.readouterr().err
+
+
+@pytest.mark.trainer
+def test_demo_prints_and_records_the_thread_count_auto_chose(tmp_path, monkeypatch, capsys):
+    import torch
+
+    from trl_dapo_ext import cpu_threads
+
+    # One of two cores busy with another process (measured, in a real run): auto takes the other one.
+    monkeypatch.setattr(cpu_threads, "affinity_cores", lambda: 2)
+    monkeypatch.setattr(cpu_threads, "cpu_quota", lambda: None)
+    monkeypatch.setattr(cpu_threads, "busy_cores", lambda window_s: (1.0, "/proc/stat over 0.5 s"))
+    settings = demo.DemoSettings(
+        output_dir=str(tmp_path), model_size="tiny", num_problems=64, held_out=8, sft_steps=2, warm_start_target=None,
+        rl_steps=5, prompts_per_step=2, num_generations=4, eval_samples=2,  # 5: one logging step for the report
+    )  # fmt: skip
+    assert settings.threads == "auto"
+    try:
+        summary = demo.run_demo(settings)
+    finally:
+        torch.set_num_threads(1)  # as conftest set it, for the tests after this one
+    assert "threads: 1 (auto: 2 cores, 1.0 of them kept busy by other processes" in capsys.readouterr().out
+    recorded = json.loads((tmp_path / "demo_results.json").read_text())
+    assert recorded == json.loads(json.dumps(summary))
+    assert recorded["settings"]["threads"] == 1  # the count that ran: --threads 1 repeats the run
+    assert recorded["threads"] == dict(
+        threads=1, requested="auto", cores=2, quota=None, busy=1.0, measured_by="/proc/stat over 0.5 s", at_most=2
+    )
+    assert set(recorded["openmp"]) >= {"configured"}  # and the wait variables in effect, if any
+
+
+def test_demo_help_says_what_threads_auto_does(capsys):
+    with pytest.raises(SystemExit):
+        demo.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"or auto (the default: the cores other processes leave free, at most {demo.AUTO_THREADS_AT_MOST}" in text
+    assert "recorded in demo_results.json" in text

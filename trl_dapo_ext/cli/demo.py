@@ -23,10 +23,11 @@ import random
 import sys
 import time
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from trl_dapo_ext.cli.interrupts import INTERRUPTED_DIR, RunInterrupted, report_interrupt, save_on_interrupt
+from trl_dapo_ext.cpu_threads import openmp_settings, parse_threads, resolve_threads
 
 SIZES = {
     "tiny": dict(hidden_size=64, num_layers=2, intermediate_size=256),
@@ -63,10 +64,17 @@ class DemoSettings:
     # the policy on where it was heading.
     decay_steps: int = 200
     eval_samples: int = 8  # sampled completions per held-out problem (pass@k's k)
-    # torch threads. Results are deterministic for a seed, a kernel path and a thread count. Two make a step about
-    # 1.45x faster than one on a quiet 2-core machine; on a busy machine oversubscribed threads run far slower.
-    threads: int = 2
+    # torch threads, or "auto": the cores other processes leave free, at most AUTO_THREADS_AT_MOST (see
+    # trl_dapo_ext/cpu_threads.py). Results are deterministic for a seed, a kernel path and a thread count, so the
+    # count auto picks is printed and recorded in demo_results.json. Two make a step about 1.45x faster than one on a
+    # quiet 2-core machine; a thread on a core another process holds makes every parallel region wait for it.
+    threads: int | str = "auto"
     compare: bool = False
+
+
+# --threads auto never picks more: the README's results and the 1.45x speed-up of two threads were measured on 2
+# cores, and more threads were never measured with this model (--threads N goes beyond).
+AUTO_THREADS_AT_MOST = 2
 
 
 # A smoke run that must gain on every seed and CPU: a clean teacher's warm start (fewer steps than the noisy one), then
@@ -136,9 +144,11 @@ def main(argv: list[str] | None = None, prog: str = "trl-dapo demo") -> int:
     )
     parser.add_argument(
         "--threads",
-        type=int,
+        type=parse_threads,
         default=None,
-        help=f"torch threads (default {d.threads}; {q['threads']} with --quick; 1 on a busy machine)",
+        help=f"torch threads: a number, or auto (the default: the cores other processes leave free, at most "
+        f"{AUTO_THREADS_AT_MOST}; {q['threads']} with --quick). The count is printed and recorded in "
+        "demo_results.json; results repeat exactly for the same count",
     )
     parser.add_argument(
         "--quick",
@@ -437,7 +447,26 @@ class _CountingReward:
         return self.reward_func(completions, **kwargs)
 
 
+def demo_data(settings: DemoSettings) -> tuple[list[dict], list[dict], list[dict]]:
+    """The held-out, warm-start (the teacher's answers) and RL problems of a run with these settings.
+
+    >>> held_out, warm, rl = demo_data(DemoSettings(num_problems=100, held_out=20))
+    >>> len(held_out), len(warm), len(rl)
+    (20, 40, 40)
+    """
+    problems = make_problems(settings.num_problems, settings.seed)
+    held_out, rest = problems[: settings.held_out], problems[settings.held_out :]
+    sft_rows, rl_rows = rest[: len(rest) // 2], rest[len(rest) // 2 :]
+    sft_rows = imperfect_teacher(sft_rows, settings.teacher_noise, settings.seed)  # noise 0: the clean answers
+    return held_out, sft_rows, rl_rows
+
+
 def run_demo(settings: DemoSettings) -> dict:
+    # Measured before torch is imported and the run starts, while this process sleeps: only other processes count.
+    threads = resolve_threads(settings.threads, at_most=AUTO_THREADS_AT_MOST)
+    settings = replace(settings, threads=threads.threads)  # the results record the count that ran
+    print(f"threads: {threads.describe()}")
+
     import torch
 
     from reward_funcs import math_reward
@@ -449,10 +478,7 @@ def run_demo(settings: DemoSettings) -> dict:
     output.mkdir(parents=True, exist_ok=True)
     wall_start = time.perf_counter()
 
-    problems = make_problems(settings.num_problems, settings.seed)
-    held_out, rest = problems[: settings.held_out], problems[settings.held_out :]
-    sft_rows, rl_rows = rest[: len(rest) // 2], rest[len(rest) // 2 :]
-    sft_rows = imperfect_teacher(sft_rows, settings.teacher_noise, settings.seed)  # noise 0: the clean answers
+    held_out, sft_rows, rl_rows = demo_data(settings)
     teacher = sum(r["completion"] == "#### " + r["answer"] for r in sft_rows) / len(sft_rows)
     print(
         f"data: {len(held_out)} held out, {len(sft_rows)} warm start (teacher {teacher:.0%} right), "
@@ -488,6 +514,9 @@ def run_demo(settings: DemoSettings) -> dict:
         before=asdict(before),
         results=results,
         wall_seconds=time.perf_counter() - wall_start,
+        # how the thread count was chosen, and what decides how OpenMP workers wait (trl_dapo_ext/cpu_threads.py)
+        threads=threads.as_dict(),
+        openmp=openmp_settings(),
     )
     (output / "demo_results.json").write_text(json.dumps(summary, indent=2))
     print(
