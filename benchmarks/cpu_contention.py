@@ -1,5 +1,5 @@
 """The quick demo's RL phase beside 0 and 1 busy processes, on 1 and 2 threads, with OpenMP's default wait policy
-(workers spin before they sleep) and with the policy the package sets (``OMP_WAIT_POLICY=PASSIVE``; issue 29).
+(workers spin before they sleep) and with the policy the package sets (``OMP_WAIT_POLICY=PASSIVE``).
 
 A busy process is a Python loop at 100% of one core, started and killed by this script. Every run is a child
 process (the wait policy is read once, when torch loads its OpenMP runtime) that trains from one shared warm start
@@ -15,7 +15,7 @@ run of its thread count and policy, passive against default, and what ``--thread
 Seconds depend on the machine: quote ratios from one run on an otherwise quiet machine.
 
     PYTHONPATH=. python benchmarks/cpu_contention.py --repeats 3     # 150 RL steps (the quick demo's), 8 cells
-    PYTHONPATH=. python benchmarks/cpu_contention.py --steps 40      # shorter, as issue 29 measured
+    PYTHONPATH=. python benchmarks/cpu_contention.py --steps 40      # shorter: 40 RL steps
     PYTHONPATH=. python benchmarks/cpu_contention.py --smoke         # a tiny model, 2 steps: checks the script
 """
 

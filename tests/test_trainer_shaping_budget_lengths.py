@@ -1,4 +1,4 @@
-"""Three trainer defects that trained or logged the wrong thing silently (issue 28, items 2-4).
+"""Three trainer defects that trained or logged the wrong thing silently.
 
 * Overlong shaping must keep an unscorable row unscorable: where every task reward is None, the penalty is NaN too,
   so TRL's "every column is NaN" rule leaves the row out of the baseline and gives it advantage 0.

@@ -1,7 +1,7 @@
 """CPU threads for the package's entry points: OpenMP workers that sleep while they wait, and a thread count taken
 from the cores other processes leave free.
 
-Why (issue 29): torch runs its CPU kernels on an OpenMP runtime (GNU libgomp in the PyPI wheels, Intel's or LLVM's
+Why: torch runs its CPU kernels on an OpenMP runtime (GNU libgomp in the PyPI wheels, Intel's or LLVM's
 libomp in some other builds). By default a worker that finishes its share of a parallel region spins on its core
 for a while before it sleeps (libgomp: 300,000 spins). When another process holds one of the cores, the spinning
 workers and that process take turns on it, and every region waits for its slowest worker: on a 2-core machine beside
