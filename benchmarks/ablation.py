@@ -187,7 +187,7 @@ def warm_start_seed(output: str, seed: int, plan: dict) -> dict:
     seconds = time.perf_counter() - started
     before = evaluate(model, tokenizer, held_out, settings.eval_samples, seed, math_reward)
     save_model(model, str(folder / "model.safetensors"))  # the embedding and the output layer are tied: one tensor
-    info = dict(seed=seed, sft_steps=sft_steps, sft_seconds=seconds, accuracy_before=asdict(before))
+    info = dict(seed=seed, sft_steps=sft_steps, sft_seconds=seconds, accuracy_before=asdict(before), demo=plan_.demo)
     (folder / "warm.json").write_text(json.dumps(info, indent=2))  # written last: its presence means complete
     return info
 
@@ -349,6 +349,7 @@ def train_arm(output: str, arm: int, seed: int, plan: dict, jobs: int) -> dict:
         run_wall_s=time.perf_counter() - wall_started,
         threads=torch.get_num_threads(),
         jobs=jobs,
+        machine=machine(),
         accuracy_before=warm["accuracy_before"],
         accuracy_after=budget.curve[-1]["accuracy"],
         curve=[before, *budget.curve],
@@ -428,6 +429,7 @@ def run_all(output: Path, plan: Plan, arms: Sequence[int], seeds: Sequence[int],
     """Runs every (arm, seed) not yet in ``DIR/results.json``, ``jobs`` at a time; returns the results and failures."""
     output.mkdir(parents=True, exist_ok=True)
     results = load_results(output, plan)
+    _write_json(output / RESULTS, results)  # pins the shared settings from the first run on
     done = {(r["arm"], r["seed"]) for r in results["runs"]}
     todo = {seed: [arm for arm in arms if (arm, seed) not in done] for seed in seeds}
     todo = {seed: runs for seed, runs in todo.items() if runs}
@@ -438,6 +440,7 @@ def run_all(output: Path, plan: Plan, arms: Sequence[int], seeds: Sequence[int],
     if not todo:
         return results, failures
     plan_dict = asdict(plan)
+    warm = {seed: _saved_warm_start(output, seed, plan) for seed in todo}  # before any work starts: it may refuse
     # A fresh process per task: no run inherits another's state (thread pools, caches, allocator).
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"), max_tasks_per_child=1)
     pending: dict[Future, tuple[str, int, int | None]] = {}
@@ -448,7 +451,7 @@ def run_all(output: Path, plan: Plan, arms: Sequence[int], seeds: Sequence[int],
 
     try:
         for seed in todo:
-            if (warm_dir(output, seed) / "warm.json").exists():
+            if warm[seed]:
                 submit_runs(seed)
             else:
                 pending[pool.submit(warm_start_seed, str(output), seed, plan_dict)] = ("warm", seed, None)
@@ -483,6 +486,16 @@ def run_all(output: Path, plan: Plan, arms: Sequence[int], seeds: Sequence[int],
         raise
     pool.shutdown()
     return results, failures
+
+
+def _saved_warm_start(output: Path, seed: int, plan: Plan) -> bool:
+    """Whether ``DIR/warm/seedN`` holds a finished warm start of these settings (another one is refused)."""
+    path = warm_dir(output, seed) / "warm.json"
+    if not path.exists():
+        return False
+    if json.loads(path.read_text()).get("demo") != plan.demo:
+        raise SystemExit(f"{path.parent} holds a warm start made with other demo settings; use another --output")
+    return True
 
 
 def _run_line(r: dict) -> str:
@@ -546,13 +559,15 @@ def summary_table(results: dict) -> str:
     arms = sorted({r["arm"] for r in runs})
     seeds = sorted({r["seed"] for r in runs})
     by = {(r["arm"], r["seed"]): r for r in runs}
+    machines = sorted({(m["cpu"], m["cores"], m["kernel_path"]) for m in (r["machine"] for r in runs)})
     m = results["machine"]
     jobs = sorted({r["jobs"] for r in runs})
     lines = [
         f"Budget {plan['budget']:,} generated completions per run, evaluated every {plan['eval_every']:,}; seeds "
         f"{', '.join(map(str, seeds))}; {plan['demo']['held_out']} held-out problems x {plan['demo']['eval_samples']} "
         f"samples at temperature 1 (the same random numbers for every arm and evaluation).",
-        f"Machine: {m['cpu']}, {m['cores']} cores, kernel path {m['kernel_path']}; {plan['threads']} torch thread per "
+        f"Machine: {'; '.join(f'{cpu}, {cores} cores, kernel path {path}' for cpu, cores, path in machines)}; "
+        f"{plan['threads']} torch thread per "
         f"run, {'/'.join(map(str, jobs))} run(s) at a time; torch {m['torch']}, TRL {m['trl']}, transformers "
         f"{m['transformers']}.",
         "Accuracies are held-out sampled accuracy in %; differences are to arm 1 in points, paired by seed, with a "
