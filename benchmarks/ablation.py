@@ -158,14 +158,17 @@ def _worker_setup(log_path: Path, threads: int) -> None:
 
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    sys.stdout.flush(), sys.stderr.flush()
-    os.dup2(log, 1), os.dup2(log, 2)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(log, 1)
+    os.dup2(log, 2)
     torch.set_num_threads(threads)
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", category=UserWarning)
 
 
 def warm_dir(output: Path, seed: int) -> Path:
+    """Where a seed's warm-started policy, its log and ``warm.json`` live."""
     return output / "warm" / f"seed{seed}"
 
 
@@ -234,7 +237,6 @@ def _budget_callback(budget: int, eval_every: int, counter, evaluate_now: Callab
             self.next_eval = eval_every
             self.eval_seconds = self.eval_cpu = 0.0
             self.completions_before_last_step = 0
-            self._seen = 0
 
         def on_train_begin(self, args, state, control, **kwargs):
             self.started, self.cpu_started = time.perf_counter(), time.process_time()

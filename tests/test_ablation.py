@@ -96,7 +96,7 @@ def _smoke(output: Path) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_smoke_run_gives_equal_budgets_every_record_and_resumes(tmp_path):
-    """Two arms (GRPO and DAPO) x one seed x 2,048 completions: about 1.5 minutes on 2 busy cores."""
+    """Two arms (GRPO and DAPO) x one seed x 2,048 completions, then the same command again: about 2 minutes."""
     first = _smoke(tmp_path)
     results = json.loads((tmp_path / "results.json").read_text())
     runs = {r["arm"]: r for r in results["runs"]}
