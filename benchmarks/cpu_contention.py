@@ -70,7 +70,7 @@ def child_prepare(options: argparse.Namespace) -> None:
 
     torch.set_num_threads(1)
     settings = _settings(options, str(Path(options.work) / "warm-start"))
-    _, sft_rows, _ = demo.demo_data(settings)
+    _, sft_rows, _ = demo.split_problems(settings)
     tokenizer, model = demo.build_tokenizer_and_model(settings.model_size, settings.seed)
     steps = demo.warm_start(model, tokenizer, sft_rows, settings)
     torch.save(model.state_dict(), Path(options.work) / "warm.pt")
@@ -97,7 +97,7 @@ def child_rl(options: argparse.Namespace) -> None:
     warnings.filterwarnings("ignore")
     torch.set_num_threads(options.threads)
     settings = _settings(options, str(Path(options.work) / f"rl-{options.policy}-{options.busy}-{options.threads}"))
-    _, _, rl_rows = demo.demo_data(settings)
+    _, _, rl_rows = demo.split_problems(settings)
     tokenizer, model = demo.build_tokenizer_and_model(settings.model_size, settings.seed)
     model.load_state_dict(torch.load(Path(options.work) / "warm.pt"))
     torch.manual_seed(settings.seed)

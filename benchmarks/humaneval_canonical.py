@@ -66,7 +66,9 @@ def main(argv: list[str] | None = None) -> int:
         if report.all_passed:
             passed += 1
         else:
-            failures.append((p["task_id"], [(o.outcome, o.detail[:120]) for o in report.outcomes if o.outcome != "passed"]))
+            failures.append(
+                (p["task_id"], [(o.outcome, o.detail[:120]) for o in report.outcomes if o.outcome != "passed"])
+            )
         for wrong in wrong_solutions(p):
             if run_code_tests(wrong, tests, **run).all_passed:
                 false_pos += 1

@@ -23,8 +23,11 @@ import random
 import sys
 import time
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from trl_dapo_ext.cli.interrupts import INTERRUPTED_DIR, RunInterrupted, report_interrupt, save_on_interrupt
 from trl_dapo_ext.cpu_threads import openmp_settings, parse_threads, resolve_threads
@@ -233,6 +236,20 @@ def imperfect_teacher(rows: list[dict[str, str]], noise: float, seed: int) -> li
     return [{**row, "completion": "#### " + "".join(noisy(d) for d in row["answer"])} for row in rows]
 
 
+def split_problems(settings: DemoSettings) -> tuple[list[dict[str, str]], list[dict[str, str]], list[dict[str, str]]]:
+    """The demo's three disjoint splits of one seed: held-out problems, warm-start rows (the teacher's, noisy), RL rows.
+
+    >>> held_out, sft_rows, rl_rows = split_problems(DemoSettings())
+    >>> len(held_out), len(sft_rows), len(rl_rows)
+    (500, 3800, 3800)
+    """
+    problems = make_problems(settings.num_problems, settings.seed)
+    held_out, rest = problems[: settings.held_out], problems[settings.held_out :]
+    sft_rows, rl_rows = rest[: len(rest) // 2], rest[len(rest) // 2 :]
+    sft_rows = imperfect_teacher(sft_rows, settings.teacher_noise, settings.seed)  # noise 0: the clean answers
+    return held_out, sft_rows, rl_rows
+
+
 def build_tokenizer_and_model(size: str, seed: int):
     from trl_dapo_ext.tiny import build_char_tokenizer, build_tiny_causal_lm
 
@@ -315,6 +332,22 @@ def evaluate(model, tokenizer, problems, samples: int, seed: int, verifier) -> E
     )
 
 
+@contextmanager
+def preserved_rng() -> Iterator[None]:
+    """Restores torch's CPU random state on exit: an evaluation inside a training run leaves its random stream as it was.
+
+    `evaluate` reseeds the generator for its paired draws; without this, a run evaluated along the way would train on
+    other random numbers than the same run evaluated only at the end.
+    """
+    import torch
+
+    state = torch.get_rng_state()
+    try:
+        yield
+    finally:
+        torch.set_rng_state(state)
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Training stages
 # ---------------------------------------------------------------------------------------------------------------------
@@ -335,7 +368,6 @@ def warm_start(model, tokenizer, train_rows, settings: DemoSettings) -> int:
     (checked every ``sft_check_every`` steps on warm-start problems, never on the held-out split) hands RL the same
     starting point everywhere. ``warm_start_target=None`` runs exactly ``sft_steps`` steps.
     """
-    import torch
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import SFTConfig, SFTTrainer
@@ -359,9 +391,8 @@ def warm_start(model, tokenizer, train_rows, settings: DemoSettings) -> int:
         def on_step_end(self, args, state, control, **kwargs):
             if target is None or state.global_step % settings.sft_check_every:
                 return
-            rng = torch.get_rng_state()  # the check must not change the training run's random stream
-            accuracy = greedy_accuracy(model, tokenizer, probe, math_reward)
-            torch.set_rng_state(rng)
+            with preserved_rng():  # the check must not change the training run's random stream
+                accuracy = greedy_accuracy(model, tokenizer, probe, math_reward)
             if accuracy >= target:
                 control.should_training_stop = True
 
@@ -373,22 +404,20 @@ def warm_start(model, tokenizer, train_rows, settings: DemoSettings) -> int:
     return trainer.state.global_step
 
 
-def reinforce(model, tokenizer, train_rows, settings: DemoSettings, dapo: bool, verifier, name: str):
-    from datasets import Dataset
+# The demo's DAPO features on top of TRL's defaults (which already use the token-level loss, `loss_type="dapo"`).
+DAPO_FEATURES: dict[str, Any] = dict(
+    dynamic_sampling=True,
+    dynamic_sampling_max_rounds=4,
+    dynamic_sampling_on_exhausted="fill",
+    epsilon_high=0.28,
+)
 
-    from trl_dapo_ext import DAPOConfig, DAPOTrainer
 
-    features = (
-        dict(
-            dynamic_sampling=True,
-            dynamic_sampling_max_rounds=4,
-            dynamic_sampling_on_exhausted="fill",
-            epsilon_high=0.28,
-        )
-        if dapo
-        else {}
-    )
-    args = DAPOConfig(
+def rl_config(settings: DemoSettings, name: str, features: dict[str, Any], **overrides: Any) -> Any:
+    """The RL stage's `DAPOConfig` in ``settings.output_dir/name``: the demo's recipe, ``features``, then ``overrides``."""
+    from trl_dapo_ext import DAPOConfig
+
+    recipe = dict(
         **common_args(os.path.join(settings.output_dir, name), settings.seed),
         max_steps=settings.rl_steps,
         per_device_train_batch_size=settings.prompts_per_step * settings.num_generations,
@@ -403,13 +432,35 @@ def reinforce(model, tokenizer, train_rows, settings: DemoSettings, dapo: bool, 
         save_steps=max(settings.rl_steps // 2, 1),
         save_total_limit=1,
         diagnostics=True,
-        **features,
     )
+    return DAPOConfig(**{**recipe, **features, **overrides})
+
+
+def rl_trainer(
+    model, tokenizer, train_rows, args, verifier, trainer_class: type | None = None, callbacks: list | None = None
+) -> tuple[Any, CountingReward]:
+    """A `DAPOTrainer` (or ``trainer_class``) on ``train_rows``, and the `CountingReward` that wraps ``verifier``."""
+    from datasets import Dataset
+
+    from trl_dapo_ext import DAPOTrainer
+
     dataset = Dataset.from_list([{"prompt": r["prompt"], "answer": r["answer"]} for r in train_rows])
-    counted = _CountingReward(verifier)  # the verifier sees every generated completion, kept or not
-    trainer = DAPOTrainer(
-        model=model, reward_funcs=counted, args=args, train_dataset=dataset, processing_class=tokenizer
+    counted = CountingReward(verifier)  # the verifier sees every generated completion, kept or not
+    trainer = (trainer_class or DAPOTrainer)(
+        model=model,
+        reward_funcs=counted,
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=callbacks,
     )
+    return trainer, counted
+
+
+def reinforce(model, tokenizer, train_rows, settings: DemoSettings, dapo: bool, verifier, name: str):
+    """The demo's RL stage, with `DAPO_FEATURES` or plain GRPO settings; returns the trainer and what it cost."""
+    args = rl_config(settings, name, DAPO_FEATURES if dapo else {})
+    trainer, counted = rl_trainer(model, tokenizer, train_rows, args, verifier)
     started = time.perf_counter()
     with save_on_interrupt(trainer, os.path.join(args.output_dir, INTERRUPTED_DIR)):
         trainer.train()
@@ -434,31 +485,17 @@ def _schedule(settings: DemoSettings) -> dict:
     return dict(lr_scheduler_type="warmup_stable_decay", lr_scheduler_kwargs={"num_decay_steps": decay})
 
 
-class _CountingReward:
+class CountingReward:
     """Wraps a reward function and counts the completions it scores (one call per generation round)."""
 
-    def __init__(self, reward_func):
+    def __init__(self, reward_func) -> None:
         self.reward_func = reward_func
         self.__name__ = getattr(reward_func, "__name__", "reward")
         self.completions = 0
 
-    def __call__(self, completions, **kwargs):
+    def __call__(self, completions, **kwargs) -> list:
         self.completions += len(completions)
         return self.reward_func(completions, **kwargs)
-
-
-def demo_data(settings: DemoSettings) -> tuple[list[dict], list[dict], list[dict]]:
-    """The held-out, warm-start (the teacher's answers) and RL problems of a run with these settings.
-
-    >>> held_out, warm, rl = demo_data(DemoSettings(num_problems=100, held_out=20))
-    >>> len(held_out), len(warm), len(rl)
-    (20, 40, 40)
-    """
-    problems = make_problems(settings.num_problems, settings.seed)
-    held_out, rest = problems[: settings.held_out], problems[settings.held_out :]
-    sft_rows, rl_rows = rest[: len(rest) // 2], rest[len(rest) // 2 :]
-    sft_rows = imperfect_teacher(sft_rows, settings.teacher_noise, settings.seed)  # noise 0: the clean answers
-    return held_out, sft_rows, rl_rows
 
 
 def run_demo(settings: DemoSettings) -> dict:
@@ -478,7 +515,7 @@ def run_demo(settings: DemoSettings) -> dict:
     output.mkdir(parents=True, exist_ok=True)
     wall_start = time.perf_counter()
 
-    held_out, sft_rows, rl_rows = demo_data(settings)
+    held_out, sft_rows, rl_rows = split_problems(settings)
     teacher = sum(r["completion"] == "#### " + r["answer"] for r in sft_rows) / len(sft_rows)
     print(
         f"data: {len(held_out)} held out, {len(sft_rows)} warm start (teacher {teacher:.0%} right), "

@@ -1,0 +1,772 @@
+"""Does DAPO pay for its rollouts? The demo's task, six cumulative arms, equal generation budgets, several seeds.
+
+DAPO's Table 1 (Yu et al. 2025) adds its components to GRPO one at a time and compares them at equal optimizer steps;
+dynamic sampling, its largest gain (+8 points AIME 2024), generates more completions per step than the others. This
+benchmark compares the arms at an equal number of generated completions instead, on `trl-dapo demo`'s task (two-digit
+addition, a tiny Qwen2 model, the same data, warm start and paired held-out evaluation), and also records accuracy
+at equal optimizer steps and at equal wall time. Arms, each a config change only:
+
+1. GRPO as TRL documents it: ``loss_type="grpo"``, symmetric clip (0.2), ``scale_rewards="group"``;
+2. + clip-higher: ``epsilon_high=0.28``;
+3. + token-level loss: ``loss_type="dapo"``;
+4. + dynamic sampling (the adaptive planner at its defaults) = DAPO;
+5. DAPO + the leave-one-out baseline without scaling (``advantage_estimator="loo"``, ``scale_rewards="none"``);
+6. DAPO + prompt-history skipping (``dynamic_sampling_skip_window=1``).
+
+Every run of a seed starts from the same warm-started policy (trained once per seed, saved in ``DIR/warm/``), trains
+until it has generated ``--budget`` completions (default: what arm 1 generates in the demo's RL phase, 500 steps x 16
+prompts x 8 = 64,000) and is evaluated every ``--eval-every`` completions on the same held-out samples with the same
+random numbers. ``DIR/results.json`` keeps one record per run, and a rerun of the same command skips the runs it
+holds; ``DIR/results.md`` and ``DIR/ablation.png`` summarise them.
+
+    PYTHONPATH=. python benchmarks/ablation.py --output runs/ablation              # 5 seeds x 6 arms
+    PYTHONPATH=. python benchmarks/ablation.py --output runs/ablation --jobs 2     # two runs at once, 1 thread each
+    PYTHONPATH=. python benchmarks/ablation.py --output /tmp/ablation-smoke --smoke  # 2 arms x 1 seed, minutes
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+import traceback
+import warnings
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import asdict, dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+# One thread per run (set before torch loads, and inherited by the spawned workers): two threads beside any other
+# busy process run 6-8x slower on a 2-core machine.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from trl_dapo_ext.cli.demo import DemoSettings  # noqa: E402  (light: the demo imports torch and TRL lazily)
+
+RESULTS = "results.json"
+TABLE = "results.md"
+PLOT = "ablation.png"
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Arms: cumulative, as in DAPO's Table 1; each is a DAPOConfig change on top of the demo's RL recipe
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Arm:
+    number: int
+    name: str
+    config: dict[str, Any]
+
+
+# TRL's GRPO: the per-sequence length-normalised loss, the same clip range on both sides, rewards scaled by the
+# group's std and every group trained on (TRL's default loss_type is "dapo", so arm 1 sets "grpo" explicitly).
+_GRPO: dict[str, Any] = dict(
+    loss_type="grpo", epsilon=0.2, epsilon_high=None, scale_rewards="group", dynamic_sampling=False
+)
+_CLIP_HIGHER = {**_GRPO, "epsilon_high": 0.28}  # DAPO Sec. 3.1
+_TOKEN_LOSS = {**_CLIP_HIGHER, "loss_type": "dapo"}  # DAPO Sec. 3.3
+# DAPO Sec. 3.2, with the package's adaptive planner at its defaults. "fill" instead of the default "error" when a
+# step's round budget runs out: a run of an hour must not die on one unlucky step (filled groups are masked out of
+# the loss and counted in the record).
+_DAPO = {**_TOKEN_LOSS, "dynamic_sampling": True, "dynamic_sampling_on_exhausted": "fill"}
+
+ARMS: dict[int, Arm] = {
+    arm.number: arm
+    for arm in (
+        Arm(1, "GRPO (TRL)", _GRPO),
+        Arm(2, "+ clip-higher", _CLIP_HIGHER),
+        Arm(3, "+ token-level loss", _TOKEN_LOSS),
+        Arm(4, "+ dynamic sampling = DAPO", _DAPO),
+        # The unbiased baseline: each reward minus the mean of its G-1 siblings, not divided by a std (which
+        # up-weights groups of nearly equal rewards); see docs/estimators.md.
+        Arm(5, "DAPO + leave-one-out, unscaled", {**_DAPO, "advantage_estimator": "loo", "scale_rewards": "none"}),
+        # Window 1, floor 0.1: the setting benchmarks/rollout_efficiency_trainer.py measured.
+        Arm(6, "DAPO + prompt-history skipping", {**_DAPO, "dynamic_sampling_skip_window": 1}),
+    )
+}
+
+# Not arms: DAPO's overlong filtering (`mask_truncated_completions`) and soft overlong punishment
+# (`overlong_buffer_length`) act on completions cut off at the length limit. Here a well-formed completion is at most
+# 5 of the 6 allowed tokens (`#### `, up to three digits, <eos>), so only malformed ones are ever cut off: both would
+# change nothing DAPO meant them to change. Each record carries the measured truncated share to show it.
+NOT_RUN_NOTE = (
+    "Overlong filtering (`mask_truncated_completions`) and soft overlong punishment (`overlong_buffer_length`) are "
+    "not arms: they act on completions cut off at the length limit, and here a well-formed completion is at most 5 "
+    "of the 6 allowed tokens (`#### `, up to three digits, `<eos>`), so only malformed completions are ever cut off "
+    "(the truncated share per arm is in the last table)."
+)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Settings
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Plan:
+    """What every run of one ablation shares: the demo's settings, the budget, the evaluation grid, the threads."""
+
+    demo: dict[str, Any]
+    budget: int
+    eval_every: int
+    threads: int = 1
+    smoke: bool = False
+
+    @property
+    def completions_per_step(self) -> int:
+        return self.demo["prompts_per_step"] * self.demo["num_generations"]
+
+
+def default_budget(settings: DemoSettings) -> int:
+    """What arm 1 generates in the demo's RL phase: steps x prompts x G (without dynamic sampling, every step's)."""
+    return settings.rl_steps * settings.prompts_per_step * settings.num_generations
+
+
+def demo_settings(smoke: bool) -> DemoSettings:
+    """The demo's full settings, on one thread; ``smoke``: a fixed short warm start and 2 samples per problem.
+
+    The smoke run keeps the model size and the data split, so it exercises the same pipeline at a fraction of the
+    cost; its accuracies mean nothing.
+    """
+    settings = DemoSettings(output_dir="", threads=1)
+    if smoke:
+        settings.warm_start_target, settings.sft_steps, settings.eval_samples = None, 150, 2
+    return settings
+
+
+SMOKE = dict(arms=[1, 4], seeds=[0], budget=16 * 128, eval_every=512)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Workers: one warm start or one run per spawned process, one torch thread
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _worker_setup(log_path: Path, threads: int) -> None:
+    """Send this process's output (TRL's and torch's included) to ``log_path``; torch on ``threads`` threads."""
+    import torch
+
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    torch.set_num_threads(threads)
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=UserWarning)
+
+
+def warm_dir(output: Path, seed: int) -> Path:
+    """Where a seed's warm-started policy, its log and ``warm.json`` live."""
+    return output / "warm" / f"seed{seed}"
+
+
+def warm_start_seed(output: str, seed: int, plan: dict) -> dict:
+    """The demo's warm start for ``seed``, saved once in ``DIR/warm/seedN``, and the held-out evaluation before RL."""
+    plan_ = Plan(**plan)
+    folder = warm_dir(Path(output), seed)
+    _worker_setup(folder / "log.txt", plan_.threads)
+    from safetensors.torch import save_model
+
+    from reward_funcs import math_reward
+    from trl_dapo_ext.cli.demo import build_tokenizer_and_model, evaluate, split_problems, warm_start
+
+    settings = DemoSettings(**{**plan_.demo, "output_dir": str(folder), "seed": seed})
+    held_out, sft_rows, _ = split_problems(settings)
+    tokenizer, model = build_tokenizer_and_model(settings.model_size, seed)
+    started = time.perf_counter()
+    sft_steps = warm_start(model, tokenizer, sft_rows, settings)
+    seconds = time.perf_counter() - started
+    before = evaluate(model, tokenizer, held_out, settings.eval_samples, seed, math_reward)
+    save_model(model, str(folder / "model.safetensors"))  # the embedding and the output layer are tied: one tensor
+    info = dict(seed=seed, sft_steps=sft_steps, sft_seconds=seconds, accuracy_before=asdict(before), demo=plan_.demo)
+    (folder / "warm.json").write_text(json.dumps(info, indent=2))  # written last: its presence means complete
+    return info
+
+
+def _budget_trainer_class():
+    """`DAPOTrainer` whose lr schedule runs on completions generated instead of optimizer steps.
+
+    Every arm anneals over the same budget: the demo's schedule (constant, then a cosine decay to 0 over the last 200
+    of 500 steps) is evaluated at ``completions / (prompts x G)`` "arm-1 steps". For arm 1 that is its step count, so
+    its schedule is exactly the demo's; a dynamic-sampling arm, which takes fewer steps for the same completions,
+    still reaches lr 0 when its budget is spent instead of stopping at a high lr.
+    """
+    from trl_dapo_ext import DAPOTrainer
+
+    class BudgetScheduledTrainer(DAPOTrainer):
+        completions_generated: Callable[[], int]
+        completions_per_step: int
+
+        def create_scheduler(self, num_training_steps, optimizer=None):
+            scheduler = super().create_scheduler(num_training_steps, optimizer)
+            steps_schedules = scheduler.lr_lambdas  # LambdaLR: one multiplier function per parameter group
+
+            def on_completions(schedule: Callable[[float], float]) -> Callable[[int], float]:
+                return lambda _step: schedule(self.completions_generated() / self.completions_per_step)
+
+            scheduler.lr_lambdas = [on_completions(schedule) for schedule in steps_schedules]
+            return scheduler
+
+    return BudgetScheduledTrainer
+
+
+def _budget_callback(budget: int, eval_every: int, counter, evaluate_now: Callable[[], dict]):
+    """Stops training at the first step end with ``budget`` completions generated; evaluates every ``eval_every``.
+
+    ``counter`` is the demo's `CountingReward`: the verifier scores every generated completion once, whether its group
+    reaches the update batch or is dropped by dynamic sampling, so its count is the generation cost of every arm.
+    Training time excludes the evaluations, which cost every arm the same.
+    """
+    from transformers import TrainerCallback
+
+    class Budget(TrainerCallback):
+        def __init__(self) -> None:
+            self.curve: list[dict] = []
+            self.next_eval = eval_every
+            self.eval_seconds = self.eval_cpu = 0.0
+            self.completions_before_last_step = 0
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.started, self.cpu_started = time.perf_counter(), time.process_time()
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.completions_before_last_step = counter.completions
+
+        def training_seconds(self) -> tuple[float, float]:
+            wall = time.perf_counter() - self.started - self.eval_seconds
+            return wall, time.process_time() - self.cpu_started - self.eval_cpu
+
+        def point(self, steps: int) -> None:
+            wall, cpu = self.training_seconds()
+            started, cpu_started = time.perf_counter(), time.process_time()
+            accuracy = evaluate_now()
+            self.eval_seconds += time.perf_counter() - started
+            self.eval_cpu += time.process_time() - cpu_started
+            self.curve.append(dict(completions=counter.completions, steps=steps, wall_s=wall, cpu_s=cpu, **accuracy))
+
+        def on_step_end(self, args, state, control, **kwargs):
+            done = counter.completions >= budget
+            if done or counter.completions >= self.next_eval:
+                self.point(state.global_step)
+                while self.next_eval <= counter.completions:  # a large dynamic-sampling step can pass several
+                    self.next_eval += eval_every
+            if done:
+                control.should_training_stop = True
+
+    return Budget()
+
+
+def train_arm(output: str, arm: int, seed: int, plan: dict, jobs: int) -> dict:
+    """One run: the seed's warm-started policy, the arm's config, until the budget; returns its record."""
+    plan_ = Plan(**plan)
+    name = f"arm{arm}-seed{seed}"
+    folder = Path(output) / "runs" / name
+    _worker_setup(folder / "log.txt", plan_.threads)
+    import torch
+    from safetensors.torch import load_model
+    from transformers.trainer_callback import PrinterCallback
+
+    from reward_funcs import math_reward
+    from trl_dapo_ext.cli.demo import (
+        build_tokenizer_and_model,
+        evaluate,
+        preserved_rng,
+        rl_config,
+        rl_trainer,
+        split_problems,
+    )
+    from trl_dapo_ext.metric_names import N
+
+    wall_started = time.perf_counter()
+    warm = json.loads((warm_dir(Path(output), seed) / "warm.json").read_text())
+    per_step = plan_.completions_per_step
+    max_steps = math.ceil(plan_.budget / per_step)  # arm 1's steps; dynamic sampling reaches the budget sooner
+    settings = DemoSettings(**{**plan_.demo, "output_dir": str(folder.parent), "seed": seed, "rl_steps": max_steps})
+    held_out, _, rl_rows = split_problems(settings)
+    tokenizer, model = build_tokenizer_and_model(settings.model_size, seed)
+    load_model(model, str(warm_dir(Path(output), seed) / "model.safetensors"))
+    torch.manual_seed(seed)  # as the demo does before its RL stage
+    args = rl_config(
+        settings,
+        name,
+        ARMS[arm].config,
+        save_strategy="no",
+        logging_steps=1,  # every step's dynamic_sampling/generated_completions, to check the budget's count
+        disable_tqdm=True,
+    )
+
+    def evaluate_now() -> dict:
+        with preserved_rng():  # the training run's random stream stays as if it were never evaluated
+            result = evaluate(model, tokenizer, held_out, settings.eval_samples, seed, math_reward)
+        return dict(accuracy=asdict(result))
+
+    trainer_class = _budget_trainer_class()
+    trainer, counter = rl_trainer(model, tokenizer, rl_rows, args, math_reward, trainer_class=trainer_class)
+    budget = _budget_callback(plan_.budget, plan_.eval_every, counter, evaluate_now)
+    trainer.add_callback(budget)
+    trainer.remove_callback(PrinterCallback)  # a line per step would bury the log
+    trainer.completions_generated = lambda: counter.completions
+    trainer.completions_per_step = per_step
+    trainer.train()
+    if not budget.curve or budget.curve[-1]["steps"] != trainer.state.global_step:
+        budget.point(trainer.state.global_step)  # stopped by max_steps before the budget: cannot happen, but say so
+    trainer.save_state()  # trainer_state.json: `trl-dapo report DIR/runs/NAME` draws the run's dashboard
+
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+
+    def mean(key: str) -> float | None:
+        values = [h[key] for h in logs if h.get(key) is not None and not math.isnan(h[key])]
+        return sum(values) / len(values) if values else None
+
+    def total(key: str) -> float | None:
+        values = [h[key] for h in logs if key in h]
+        return sum(values) if values else None
+
+    before = dict(completions=0, steps=0, wall_s=0.0, cpu_s=0.0, accuracy=warm["accuracy_before"])
+    training_wall, training_cpu = budget.curve[-1]["wall_s"], budget.curve[-1]["cpu_s"]
+    return dict(
+        arm=arm,
+        arm_name=ARMS[arm].name,
+        seed=seed,
+        budget=plan_.budget,
+        completions=counter.completions,
+        completions_before_last_step=budget.completions_before_last_step,
+        completions_logged=total(N.DYNAMIC_SAMPLING_GENERATED_COMPLETIONS),  # the trainer's own count (sampling arms)
+        optimizer_steps=trainer.state.global_step,
+        wall_s=training_wall,
+        cpu_s=training_cpu,
+        eval_s=budget.eval_seconds,
+        run_wall_s=time.perf_counter() - wall_started,
+        threads=torch.get_num_threads(),
+        jobs=jobs,
+        machine=machine(),
+        accuracy_before=warm["accuracy_before"],
+        accuracy_after=budget.curve[-1]["accuracy"],
+        curve=[before, *budget.curve],
+        config={key: value for key, value in ARMS[arm].config.items()},
+        truncated_frac=mean(N.LENGTH_TRUNCATED_FRAC),
+        rounds_per_step=mean(N.DYNAMIC_SAMPLING_ROUNDS),
+        retention_rate=mean(N.DYNAMIC_SAMPLING_RETENTION_RATE),
+        filled_groups=total(N.DYNAMIC_SAMPLING_FILLED_GROUPS),
+        skipped_prompts=total(N.DYNAMIC_SAMPLING_SKIPPED_PROMPTS),
+        frac_mixed_attempted=mean(N.GROUPS_FRAC_MIXED),
+        final_learning_rate=logs[-1].get("learning_rate") if logs else None,
+        sft_steps=warm["sft_steps"],
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Orchestration: warm starts first, each seed's runs as soon as its warm start exists; results saved after each run
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def machine() -> dict[str, Any]:
+    """What the wall times depend on: CPU, cores, kernel path and library versions."""
+    import torch
+    import transformers
+    import trl
+
+    cpu = next(
+        (line.split(":", 1)[1].strip() for line in _read_lines("/proc/cpuinfo") if line.startswith("model name")),
+        platform.processor(),
+    )
+    return dict(
+        cpu=cpu,
+        cores=os.cpu_count(),
+        kernel_path=os.environ.get("ATEN_CPU_CAPABILITY") or f"native ({torch.backends.cpu.get_cpu_capability()})",
+        platform=platform.platform(),
+        python=platform.python_version(),
+        torch=torch.__version__,
+        trl=trl.__version__,
+        transformers=transformers.__version__,
+    )
+
+
+def _read_lines(path: str) -> list[str]:
+    try:
+        return Path(path).read_text().splitlines()
+    except OSError:
+        return []
+
+
+def _write_json(path: Path, data: Any) -> None:
+    """Atomic write: an interrupted run never leaves a half-written results file behind."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+
+
+def load_results(output: Path, plan: Plan) -> dict:
+    """``DIR/results.json`` (or a fresh one); refuses to mix runs made under other shared settings."""
+    path = output / RESULTS
+    if not path.exists():
+        return dict(plan=asdict(plan), machine=machine(), runs=[])
+    results = json.loads(path.read_text())
+    if results["plan"] != asdict(plan):
+        differ = sorted(
+            key
+            for key in set(results["plan"]) | set(asdict(plan))
+            if results["plan"].get(key) != asdict(plan).get(key)
+        )
+        raise SystemExit(
+            f"{path} holds runs made with other settings ({', '.join(differ)} differ): its runs cannot be compared "
+            "with new ones. Use another --output, or the same --budget / --eval-every / --smoke as before."
+        )
+    return results
+
+
+def run_all(output: Path, plan: Plan, arms: Sequence[int], seeds: Sequence[int], jobs: int) -> tuple[dict, int]:
+    """Runs every (arm, seed) not yet in ``DIR/results.json``, ``jobs`` at a time; returns the results and failures."""
+    output.mkdir(parents=True, exist_ok=True)
+    results = load_results(output, plan)
+    _write_json(output / RESULTS, results)  # pins the shared settings from the first run on
+    done = {(r["arm"], r["seed"]) for r in results["runs"]}
+    todo = {seed: [arm for arm in arms if (arm, seed) not in done] for seed in seeds}
+    todo = {seed: runs for seed, runs in todo.items() if runs}
+    skipped = sum(1 for arm in arms for seed in seeds if (arm, seed) in done)
+    count = sum(len(runs) for runs in todo.values())
+    print(f"{count} runs to do, {skipped} already in {output / RESULTS}; {jobs} at a time, {plan.threads} thread each")
+    failures = 0
+    if not todo:
+        return results, failures
+    plan_dict = asdict(plan)
+    warm = {seed: _saved_warm_start(output, seed, plan) for seed in todo}  # before any work starts: it may refuse
+    # A fresh process per task: no run inherits another's state (thread pools, caches, allocator).
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"), max_tasks_per_child=1)
+    pending: dict[Future, tuple[str, int, int | None]] = {}
+
+    def submit_runs(seed: int) -> None:
+        for arm in todo[seed]:
+            pending[pool.submit(train_arm, str(output), arm, seed, plan_dict, jobs)] = ("run", seed, arm)
+
+    try:
+        for seed in todo:
+            if warm[seed]:
+                submit_runs(seed)
+            else:
+                pending[pool.submit(warm_start_seed, str(output), seed, plan_dict)] = ("warm", seed, None)
+        while pending:
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in finished:
+                kind, seed, arm = pending.pop(future)
+                try:
+                    value = future.result()
+                except Exception:
+                    failures += 1
+                    what = f"warm start of seed {seed}" if kind == "warm" else f"arm {arm}, seed {seed}"
+                    log = warm_dir(output, seed) if kind == "warm" else output / "runs" / f"arm{arm}-seed{seed}"
+                    print(f"FAILED: {what} (log: {log / 'log.txt'})\n{traceback.format_exc(limit=3)}", flush=True)
+                    continue
+                if kind == "warm":
+                    acc = value["accuracy_before"]
+                    print(
+                        f"warm start seed {seed}: {value['sft_steps']} steps, {value['sft_seconds']:.0f} s; held-out "
+                        f"greedy {acc['greedy']:.1%}, sampled {acc['sampled']:.1%}",
+                        flush=True,
+                    )
+                    submit_runs(seed)
+                    continue
+                results["runs"].append(value)
+                results["runs"].sort(key=lambda r: (r["seed"], r["arm"]))
+                _write_json(output / RESULTS, results)
+                print(_run_line(value), flush=True)
+    except KeyboardInterrupt:
+        pool.shutdown(wait=False, cancel_futures=True)
+        print(f"\ninterrupted: {len(results['runs'])} runs are saved in {output / RESULTS}; rerun to resume")
+        raise
+    pool.shutdown()
+    return results, failures
+
+
+def _saved_warm_start(output: Path, seed: int, plan: Plan) -> bool:
+    """Whether ``DIR/warm/seedN`` holds a finished warm start of these settings (another one is refused)."""
+    path = warm_dir(output, seed) / "warm.json"
+    if not path.exists():
+        return False
+    if json.loads(path.read_text()).get("demo") != plan.demo:
+        raise SystemExit(f"{path.parent} holds a warm start made with other demo settings; use another --output")
+    return True
+
+
+def _run_line(r: dict) -> str:
+    return (
+        f"arm {r['arm']} ({r['arm_name']}), seed {r['seed']}: {r['completions']:,} completions in "
+        f"{r['optimizer_steps']} steps, {r['wall_s']:.0f} s training; held-out sampled "
+        f"{r['accuracy_before']['sampled']:.1%} -> {r['accuracy_after']['sampled']:.1%}"
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Summary: table and plot
+# ---------------------------------------------------------------------------------------------------------------------
+
+# Two-sided 95% quantiles of Student's t for 1-30 degrees of freedom (no scipy here); 1.96 beyond.
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131)
+_T975 += (2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def t_interval(values: Sequence[float]) -> tuple[float, float, float] | None:
+    """Mean and 95% t-interval of ``values`` (None for fewer than two).
+
+    >>> [round(v, 3) for v in t_interval([1.0, 2.0, 3.0])]
+    [2.0, -0.484, 4.484]
+    """
+    if len(values) < 2:
+        return None
+    mean, sd = statistics.fmean(values), statistics.stdev(values)
+    half = (_T975[len(values) - 2] if len(values) <= 31 else 1.96) * sd / math.sqrt(len(values))
+    return mean, mean - half, mean + half
+
+
+def sampled_at(curve: list[dict], axis: str, x: float) -> float:
+    """Held-out sampled accuracy at ``x`` on ``axis`` (completions, steps or wall_s), linear between evaluations."""
+    xs, ys = [p[axis] for p in curve], [p["accuracy"]["sampled"] for p in curve]
+    if x <= xs[0]:
+        return ys[0]
+    for (x0, y0), (x1, y1) in zip(zip(xs, ys), zip(xs[1:], ys[1:])):
+        if x <= x1:
+            return y0 if x1 == x0 else y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return ys[-1]
+
+
+def _points(values: Sequence[float]) -> str:
+    return f"{statistics.fmean(values) * 100:.1f}"
+
+
+def _diff_cell(diffs: list[float]) -> str:
+    if not diffs:
+        return ""
+    interval = t_interval(diffs)
+    if interval is None:
+        return f"{diffs[0] * 100:+.1f} (n=1)"
+    mean, low, high = (v * 100 for v in interval)
+    return f"{mean:+.1f} [{low:+.1f}, {high:+.1f}] (n={len(diffs)})"
+
+
+def summary_table(results: dict) -> str:
+    """The markdown report: after the budget, at equal optimizer steps, at equal wall time, and what the runs did."""
+    runs, plan = results["runs"], results["plan"]
+    arms = sorted({r["arm"] for r in runs})
+    seeds = sorted({r["seed"] for r in runs})
+    by = {(r["arm"], r["seed"]): r for r in runs}
+    machines = sorted({(m["cpu"], m["cores"], m["kernel_path"]) for m in (r["machine"] for r in runs)})
+    m = results["machine"]
+    jobs = sorted({r["jobs"] for r in runs})
+    lines = [
+        f"Budget {plan['budget']:,} generated completions per run, evaluated every {plan['eval_every']:,}; seeds "
+        f"{', '.join(map(str, seeds))}; {plan['demo']['held_out']} held-out problems x {plan['demo']['eval_samples']} "
+        f"samples at temperature 1 (the same random numbers for every arm and evaluation).",
+        f"Machine: {'; '.join(f'{cpu}, {cores} cores, kernel path {path}' for cpu, cores, path in machines)}; "
+        f"{plan['threads']} torch thread per "
+        f"run, {'/'.join(map(str, jobs))} run(s) at a time; torch {m['torch']}, TRL {m['trl']}, transformers "
+        f"{m['transformers']}.",
+        "Accuracies are held-out sampled accuracy in %; differences are to arm 1 in points, paired by seed, with a "
+        "95% t-interval over seeds.",
+        "",
+        "**After the budget**",
+        "",
+        "| arm | runs | optimizer steps | completions | training s | before | after: mean | sd | min - max "
+        "| after - arm 1 |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for arm in arms:
+        mine = [by[arm, s] for s in seeds if (arm, s) in by]
+        after = [r["accuracy_after"]["sampled"] for r in mine]
+        paired = [s for s in seeds if arm != 1 and (1, s) in by and (arm, s) in by]
+        diffs = [by[arm, s]["accuracy_after"]["sampled"] - by[1, s]["accuracy_after"]["sampled"] for s in paired]
+        sd = f"{statistics.stdev(after) * 100:.1f}" if len(after) > 1 else ""
+        lines.append(
+            f"| {arm} {mine[0]['arm_name']} | {len(mine)} | {statistics.fmean(r['optimizer_steps'] for r in mine):.0f} "
+            f"| {statistics.fmean(r['completions'] for r in mine):,.0f} | {statistics.fmean(r['wall_s'] for r in mine):.0f} "
+            f"| {_points([r['accuracy_before']['sampled'] for r in mine])} | {_points(after)} | {sd} "
+            f"| {min(after) * 100:.1f} - {max(after) * 100:.1f} | {_diff_cell(diffs)} |"
+        )
+    # Wall time is what a user waits for; on a shared machine, other processes' load slows runs unequally, and the
+    # process's own CPU time is the steadier measure of the same cost.
+    for axis, title, unit in (
+        ("steps", "At equal optimizer steps", "steps"),
+        ("wall_s", "At equal wall time", "training s"),
+        ("cpu_s", "At equal CPU time", "CPU s"),
+    ):
+        # Per seed, the point every run of the seed reached: the fewest steps (or seconds) of any of its runs.
+        reference = {
+            s: min(by[a, s]["curve"][-1][axis] for a in arms if (a, s) in by)
+            for s in seeds
+            if any((a, s) in by for a in arms)
+        }
+        lines += [
+            "",
+            f"**{title}** (per seed, the {unit} of its shortest run; accuracy interpolated between evaluations)",
+            "",
+            f"| arm | {unit} compared (mean) | accuracy: mean | min - max | - arm 1 |",
+            "|---|---:|---:|---:|---|",
+        ]
+        for arm in arms:
+            mine = {s: sampled_at(by[arm, s]["curve"], axis, reference[s]) for s in seeds if (arm, s) in by}
+            arm1 = {s: sampled_at(by[1, s]["curve"], axis, reference[s]) for s in seeds if (1, s) in by}
+            diffs = [mine[s] - arm1[s] for s in mine if s in arm1] if arm != 1 else []
+            values = list(mine.values())
+            lines.append(
+                f"| {arm} | {statistics.fmean(reference[s] for s in mine):,.0f} | {_points(values)} "
+                f"| {min(values) * 100:.1f} - {max(values) * 100:.1f} | {_diff_cell(diffs)} |"
+            )
+    lines += [
+        "",
+        "**What the runs did** (means over runs and steps)",
+        "",
+        "| arm | rounds per step | retention | mixed groups (attempted) | filled groups | skipped prompts "
+        "| truncated completions | CPU s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for arm in arms:
+        mine = [by[arm, s] for s in seeds if (arm, s) in by]
+
+        def avg(key: str, fmt: str, mine: list[dict] = mine) -> str:
+            values = [r[key] for r in mine if r.get(key) is not None]
+            return format(statistics.fmean(values), fmt) if values else "-"
+
+        lines.append(
+            f"| {arm} | {avg('rounds_per_step', '.2f')} | {avg('retention_rate', '.2f')} "
+            f"| {avg('frac_mixed_attempted', '.2f')} | {avg('filled_groups', '.0f')} | {avg('skipped_prompts', '.0f')} "
+            f"| {avg('truncated_frac', '.2%')} | {avg('cpu_s', '.0f')} |"
+        )
+    lines += ["", NOT_RUN_NOTE, ""]
+    return "\n".join(lines)
+
+
+def plot(results: dict, path: Path) -> None:
+    """Held-out sampled accuracy against completions generated, optimizer steps and training seconds: per arm the
+    mean over seeds and a band from the lowest to the highest seed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = results["runs"]
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8), sharey=True)
+    axis_labels = (("completions", "completions generated"), ("steps", "optimizer steps"), ("wall_s", "training s"))
+    for ax, (axis, label) in zip(axes, axis_labels):
+        for index, arm in enumerate(sorted({r["arm"] for r in runs})):
+            mine = [r for r in runs if r["arm"] == arm]
+            end = min(r["curve"][-1][axis] for r in mine)  # where every seed of the arm has a value
+            grid = [end * i / 40 for i in range(41)]
+            ys = [[sampled_at(r["curve"], axis, x) * 100 for x in grid] for r in mine]
+            mean = [statistics.fmean(column) for column in zip(*ys)]
+            color = f"C{index}"
+            ax.plot(grid, mean, color=color, label=f"{arm} {mine[0]['arm_name']}")
+            if len(mine) > 1:
+                ax.fill_between(grid, [min(c) for c in zip(*ys)], [max(c) for c in zip(*ys)], color=color, alpha=0.15)
+        ax.set_xlabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].axvline(results["plan"]["budget"], color="grey", linestyle="--", linewidth=1, label="budget")
+    axes[0].set_ylabel("held-out sampled accuracy (%)")
+    axes[0].legend(fontsize=8, loc="lower right")
+    seeds = len({r["seed"] for r in runs})
+    fig.suptitle(
+        f"Equal-compute ablation on the demo's task: mean of {seeds} seed(s), band from lowest to highest seed",
+        fontsize=11,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Command
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Options:
+    output: Path
+    arms: list[int] = field(default_factory=lambda: sorted(ARMS))
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
+    budget: int | None = None
+    eval_every: int | None = None
+    jobs: int = 1
+    smoke: bool = False
+
+
+def parse(argv: list[str] | None) -> Options:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    arms = ", ".join(f"{a.number} {a.name}" for a in ARMS.values())
+    parser.add_argument("--output", type=Path, required=True, help="results.json, results.md, ablation.png, runs")
+    parser.add_argument("--arms", type=int, nargs="+", choices=sorted(ARMS), default=None, help=f"default all: {arms}")
+    parser.add_argument("--seeds", type=int, nargs="+", default=None, help="default 0 1 2 3 4")
+    parser.add_argument(
+        "--budget",
+        type=int,
+        default=None,
+        help=f"generated completions per run (default {default_budget(DemoSettings()):,}: the demo's RL steps x "
+        "prompts x G, what arm 1 generates in the demo)",
+    )
+    parser.add_argument(
+        "--eval-every", type=int, default=None, help="completions between held-out evaluations (default budget / 10)"
+    )
+    parser.add_argument("--jobs", type=int, default=1, help="runs at once, each in its own process on 1 thread")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help=f"a pipeline check of a few minutes: arms {SMOKE['arms']}, seed {SMOKE['seeds']}, budget "
+        f"{SMOKE['budget']:,}, evaluations every {SMOKE['eval_every']}, a fixed 150-step warm start, 2 samples per "
+        "held-out problem (explicit flags win)",
+    )
+    ns = parser.parse_args(argv)
+    options = Options(output=ns.output, jobs=ns.jobs, smoke=ns.smoke)
+    if ns.smoke:
+        options.arms, options.seeds = list(SMOKE["arms"]), list(SMOKE["seeds"])
+        options.budget, options.eval_every = SMOKE["budget"], SMOKE["eval_every"]
+    for key in ("arms", "seeds", "budget", "eval_every"):
+        if getattr(ns, key) is not None:
+            setattr(options, key, getattr(ns, key))
+    if options.jobs < 1:
+        parser.error("--jobs must be >= 1")
+    if (options.budget is not None and options.budget < 1) or (
+        options.eval_every is not None and options.eval_every < 1
+    ):
+        parser.error("--budget and --eval-every must be >= 1")
+    return options
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = parse(argv)
+    settings = demo_settings(options.smoke)
+    budget = options.budget or default_budget(settings)
+    plan = Plan(
+        demo={k: v for k, v in asdict(settings).items() if k not in ("output_dir", "seed", "compare")},
+        budget=budget,
+        eval_every=options.eval_every or max(budget // 10, 1),
+        smoke=options.smoke,
+    )
+    started = time.perf_counter()
+    try:
+        results, failures = run_all(options.output, plan, options.arms, options.seeds, options.jobs)
+    except KeyboardInterrupt:
+        return 130
+    if results["runs"]:
+        table = summary_table(results)
+        (options.output / TABLE).write_text(table)
+        plot(results, options.output / PLOT)
+        print()
+        print(table)
+        print(
+            f"table: {options.output / TABLE}    plot: {options.output / PLOT}    results: {options.output / RESULTS}"
+        )
+    print(f"wall time: {time.perf_counter() - started:.0f} s")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

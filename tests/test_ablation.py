@@ -1,0 +1,135 @@
+"""`benchmarks/ablation.py` (issue 30): its arms are config changes only, its statistics are right, and `--smoke` runs
+end to end with equal budgets and resumes. Never a gain: the smoke run's accuracies mean nothing."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load_ablation():
+    # benchmarks/ is not a package: load the script as a module (registered first, as its dataclasses need).
+    spec = importlib.util.spec_from_file_location("benchmark_ablation", ROOT / "benchmarks" / "ablation.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+ablation = _load_ablation()
+
+
+def _changed(a: dict, b: dict) -> set[str]:
+    return {key for key in a.keys() | b.keys() if a.get(key) != b.get(key)}
+
+
+def test_arms_are_cumulative_config_changes_as_in_the_dapo_table():
+    arms = {number: arm.config for number, arm in ablation.ARMS.items()}
+    assert arms[1]["loss_type"] == "grpo" and arms[1]["epsilon_high"] is None and not arms[1]["dynamic_sampling"]
+    assert arms[1]["scale_rewards"] == "group"
+    assert _changed(arms[1], arms[2]) == {"epsilon_high"} and arms[2]["epsilon_high"] == 0.28
+    assert _changed(arms[2], arms[3]) == {"loss_type"} and arms[3]["loss_type"] == "dapo"
+    assert _changed(arms[3], arms[4]) == {"dynamic_sampling", "dynamic_sampling_on_exhausted"}
+    assert _changed(arms[4], arms[5]) == {"advantage_estimator", "scale_rewards"}
+    assert arms[5]["advantage_estimator"] == "loo" and arms[5]["scale_rewards"] == "none"
+    assert _changed(arms[4], arms[6]) == {"dynamic_sampling_skip_window"}
+
+
+def test_every_arm_is_a_valid_config_of_the_demo_recipe(tmp_path):
+    from trl_dapo_ext.cli.demo import DemoSettings, rl_config
+
+    settings = DemoSettings(output_dir=str(tmp_path))
+    for arm in ablation.ARMS.values():
+        args = rl_config(settings, f"arm{arm.number}", arm.config, save_strategy="no")
+        assert args.loss_type == arm.config["loss_type"]
+        # TRL's GRPOTrainer reads epsilon_high=None as epsilon: a symmetric clip.
+        assert args.epsilon == 0.2 and args.epsilon_high == arm.config["epsilon_high"]
+        assert args.dynamic_sampling == arm.config["dynamic_sampling"]
+
+
+def test_default_budget_is_what_arm_1_generates_in_the_demo():
+    from trl_dapo_ext.cli.demo import DemoSettings
+
+    assert ablation.default_budget(DemoSettings()) == 500 * 16 * 8 == 64_000
+
+
+def test_t_interval_and_interpolation():
+    mean, low, high = ablation.t_interval([0.1, 0.2, 0.3, 0.4, 0.5])
+    half = 2.776 * 0.158113883 / 5**0.5  # t(0.975, 4) x sd / sqrt(n)
+    assert mean == pytest.approx(0.3) and low == pytest.approx(0.3 - half) and high == pytest.approx(0.3 + half)
+    assert ablation.t_interval([0.2]) is None
+    curve = [{"steps": 0, "accuracy": {"sampled": 0.1}}, {"steps": 10, "accuracy": {"sampled": 0.3}}]
+    assert ablation.sampled_at(curve, "steps", 5) == pytest.approx(0.2)
+    assert ablation.sampled_at(curve, "steps", 20) == 0.3  # beyond the last evaluation: the last value
+
+
+def test_results_of_other_settings_are_never_mixed(tmp_path):
+    plan = ablation.Plan(demo={"model_size": "small"}, budget=100, eval_every=10)
+    (tmp_path / ablation.RESULTS).write_text(json.dumps({"plan": {**vars(plan), "budget": 200}, "runs": []}))
+    with pytest.raises(SystemExit, match="budget"):
+        ablation.load_results(tmp_path, plan)
+
+
+RECORD_KEYS = {
+    "arm", "arm_name", "seed", "budget", "completions", "completions_before_last_step", "completions_logged",
+    "optimizer_steps", "wall_s", "cpu_s", "eval_s", "threads", "jobs", "machine", "accuracy_before",
+    "accuracy_after", "curve", "config", "truncated_frac",
+}  # fmt: skip
+POINT_KEYS = {"completions", "steps", "wall_s", "cpu_s", "accuracy"}
+
+
+def _smoke(output: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, str(ROOT / "benchmarks" / "ablation.py"), "--smoke", "--output", str(output)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
+@pytest.mark.slow
+def test_smoke_run_gives_equal_budgets_every_record_and_resumes(tmp_path):
+    """Two arms (GRPO and DAPO) x one seed x 2,048 completions, then the same command again: about 2 minutes."""
+    first = _smoke(tmp_path)
+    results = json.loads((tmp_path / "results.json").read_text())
+    runs = {r["arm"]: r for r in results["runs"]}
+    budget = results["plan"]["budget"]
+    per_step = results["plan"]["demo"]["prompts_per_step"] * results["plan"]["demo"]["num_generations"]
+    assert sorted(runs) == [1, 4] and {r["seed"] for r in runs.values()} == {0}
+    for record in runs.values():
+        assert RECORD_KEYS <= set(record), RECORD_KEYS - set(record)
+        assert record["budget"] == budget and record["threads"] == 1
+        # Every run stops at the first optimizer step that reaches the budget.
+        assert record["completions_before_last_step"] < budget <= record["completions"]
+        curve = record["curve"]
+        assert all(POINT_KEYS <= set(point) for point in curve) and len(curve) >= 3
+        assert curve[0]["completions"] == 0 and curve[0]["accuracy"] == record["accuracy_before"]
+        assert curve[-1]["accuracy"] == record["accuracy_after"]
+        assert curve[-1]["completions"] == record["completions"]
+        assert curve[-1]["steps"] == record["optimizer_steps"]
+        for axis in ("completions", "steps", "wall_s"):
+            assert [p[axis] for p in curve] == sorted(p[axis] for p in curve)
+        for point in curve:
+            assert 0.0 <= point["accuracy"]["sampled"] <= 1.0
+    # Without dynamic sampling every step generates one batch; with it, the trainer's own count agrees and the
+    # budget buys fewer optimizer steps.
+    assert runs[1]["completions"] == budget and runs[1]["optimizer_steps"] == budget // per_step
+    assert runs[4]["completions_logged"] == runs[4]["completions"]
+    assert runs[4]["optimizer_steps"] < runs[1]["optimizer_steps"]
+    assert runs[1]["accuracy_before"] == runs[4]["accuracy_before"]  # one warm start per seed
+    assert (tmp_path / "warm" / "seed0" / "model.safetensors").is_file()
+    table = (tmp_path / "results.md").read_text()
+    assert "After the budget" in table and "At equal optimizer steps" in table and "At equal wall time" in table
+    assert (tmp_path / "ablation.png").stat().st_size > 20_000
+    assert "2 runs to do, 0 already" in first.stdout
+
+    again = _smoke(tmp_path)  # resumable: the finished runs are skipped, nothing is rerun
+    assert "0 runs to do, 2 already" in again.stdout
+    assert json.loads((tmp_path / "results.json").read_text())["runs"] == results["runs"]
