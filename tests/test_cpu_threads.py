@@ -263,3 +263,42 @@ def test_cpu_quota_reads_cgroup_v2_up_to_the_root_and_v1(tmp_path):
     (v1 / "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us").write_text("50000\n")
     assert cpu_quota(v1) == 0.5
     assert parse_cpu_quota("nonsense") is None
+
+
+def test_train_and_profile_thread_counts(monkeypatch):
+    """`train` and `profile` on a CPU: a number is applied, ``auto`` keeps a count the environment sets, and without
+    one takes the free cores (at least 1)."""
+    import torch
+
+    from trl_dapo_ext.cpu_threads import set_cpu_threads
+
+    before = torch.get_num_threads()
+    try:
+        assert set_cpu_threads(1).threads == 1 and torch.get_num_threads() == 1
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")
+        kept = set_cpu_threads("auto")
+        assert kept.requested == "OMP_NUM_THREADS=1" and kept.threads == torch.get_num_threads()
+        monkeypatch.delenv("OMP_NUM_THREADS")
+        chosen = set_cpu_threads("auto")
+        assert chosen.requested == "auto" and 1 <= chosen.threads == torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_train_rejects_a_bad_thread_count(capsys):
+    from trl_dapo_ext.cli.train import run as train_run
+
+    argv = [
+        "--threads",
+        "0",
+        "--model_name_or_path",
+        "x",
+        "--output_dir",
+        "/tmp/x",
+        "--use_cpu",
+        "true",
+        "--bf16",
+        "false",
+    ]
+    assert train_run.main(argv) == 2
+    assert "threads: expected auto or a whole number >= 1" in capsys.readouterr().err

@@ -195,5 +195,6 @@ def test_two_step_cpu_run_on_top_of_a_recipe(tmp_path, tiny_model_dir, capsys):
     assert (output / "adapter_model.safetensors").is_file()  # LoRA from the recipe: only the adapter is saved
     summary = json.loads((output / "train_summary.json").read_text())
     assert summary["steps"] == 2 and summary["device"] == "cpu" and summary["steps_per_s"] > 0
+    assert summary["threads"]["threads"] >= 1  # the thread count that ran is recorded
     assert (output / "report.png").is_file()
     assert '"steps": 2' in capsys.readouterr().out

@@ -335,3 +335,29 @@ def resolve_threads(requested: int | str, at_most: int | None = None, window_s: 
         measured_by=measured_by,
         at_most=at_most,
     )
+
+
+def set_cpu_threads(requested: int | str, at_most: int | None = None) -> ThreadChoice | None:
+    """Resolve ``requested`` (``"auto"`` or a number) and give torch that many CPU threads, for runs on the CPU.
+
+    Returns the choice (for the console and the run's results), or None where a CUDA device does the work and
+    torch's CPU threads are left as they are. ``auto`` keeps a count the environment sets (``OMP_NUM_THREADS``: the
+    user chose). Call it before the run starts, while this process is idle: ``auto`` measures what other processes
+    use.
+
+    Example:
+        >>> choice = set_cpu_threads(1)
+        >>> choice is None or choice.describe()
+        '1 (as set)'
+    """
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    if requested == "auto" and os.environ.get("OMP_NUM_THREADS"):
+        return ThreadChoice(
+            threads=torch.get_num_threads(), requested=f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}"
+        )
+    choice = resolve_threads(requested, at_most=at_most)
+    torch.set_num_threads(choice.threads)
+    return choice

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trl_dapo_ext.cpu_threads import parse_threads, set_cpu_threads
 from trl_dapo_ext.preflight.difficulty import histogram, in_band, prompt_stats, summarize, write_table
 
 # Recipe keys (trl-dapo train) -> this command's options.
@@ -111,6 +112,12 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--batch-prompts", type=int, default=16, help="prompts per generation call")
     parser.add_argument("--dtype", default=None, help="model dtype (default: the checkpoint's)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--threads",
+        type=parse_threads,
+        default="auto",
+        help="torch CPU threads without a GPU: a number, or auto (the default: the cores other processes leave free)",
+    )
     parser.add_argument("--output-dir", default="runs/profile", help="where prompts.jsonl and summary.json go")
     parser.add_argument(
         "--keep-band", nargs=2, type=float, metavar=("LOW", "HIGH"), help="write filtered.jsonl: pass rate in band"
@@ -451,6 +458,9 @@ def run(options) -> str:
         raise ProfileError(f"cannot load dataset {options.dataset!r}: {error}") from None
     if len(dataset) == 0:
         raise ProfileError(f"dataset {options.dataset!r} has no rows")
+    threads = set_cpu_threads(getattr(options, "threads", "auto"))
+    if threads is not None:
+        print(f"threads: {threads.describe()}", file=sys.stderr)
     torch.manual_seed(options.seed)
     tokenizer, generate, backend = load_policy(options)
     k = options.samples or options.num_generations
@@ -467,6 +477,7 @@ def run(options) -> str:
         mean_prompt_length=round(prompt_length, 2),
         max_completion_length=options.max_completion_length,
         backend=backend,
+        threads=threads.as_dict() if threads is not None else None,
         model=str(options.model),
         dataset=str(options.dataset),
         rewards=[getattr(r, "__name__", str(r)) for r in rewards],

@@ -13,6 +13,7 @@ from typing import Any
 from trl import GRPOConfig, ModelConfig, ScriptArguments, TrlParser
 
 from trl_dapo_ext.config import DAPOConfig
+from trl_dapo_ext.cpu_threads import parse_threads
 
 
 def _attribute(module: str, name: str) -> Callable[[], Any]:
@@ -95,6 +96,13 @@ class TrainScriptArguments(ScriptArguments):
     report: bool = field(
         default=True,
         metadata={"help": "Draw the trl-dapo report dashboard into output_dir after training (needs matplotlib)."},
+    )
+    threads: str = field(
+        default="auto",
+        metadata={
+            "help": "torch CPU threads on a machine without a GPU: a number, or auto (the cores other processes leave "
+            "free, measured before the model loads). Printed, and recorded in train_summary.json."
+        },
     )
 
 
@@ -201,4 +209,8 @@ def parse_args(argv: list[str] | None, prog: str | None = None):
         if not names:
             raise TrainError(f"unexpected arguments {flags_left}: options are --KEY VALUE pairs")
         raise _unknown_key_error(names, "flag")
+    try:
+        parse_threads(str(parsed[0].threads))
+    except argparse.ArgumentTypeError as error:
+        raise TrainError(f"threads: {error}") from None
     return tuple(parsed)

@@ -14,6 +14,7 @@ from trl import ModelConfig
 
 from trl_dapo_ext.cli.interrupts import INTERRUPTED_DIR, RunInterrupted, report_interrupt, save_on_interrupt
 from trl_dapo_ext.config import DAPOConfig
+from trl_dapo_ext.cpu_threads import parse_threads, set_cpu_threads
 
 from .arguments import TrainError, TrainScriptArguments, parse_args
 from .data import load_train_dataset
@@ -30,6 +31,9 @@ def train(script_args: TrainScriptArguments, training_args: DAPOConfig, model_ar
     """
     import torch
 
+    threads = set_cpu_threads(parse_threads(str(script_args.threads)))  # while idle: auto measures the others' load
+    if threads is not None:
+        print(f"threads: {threads.describe()}")
     trainer = _build_trainer(script_args, training_args, model_args)
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
@@ -48,6 +52,8 @@ def train(script_args: TrainScriptArguments, training_args: DAPOConfig, model_ar
             training_args.output_dir,
         ) from None
     summary = _summary(trainer, result, wall, model_args)
+    if threads is not None:
+        summary["threads"] = threads.as_dict()
     if trainer.accelerator.is_main_process:
         _write_outputs(Path(training_args.output_dir), summary, script_args.report)
     if hasattr(trainer, "end"):  # transformers >= 5.18: finish trackers, destroy the process group
