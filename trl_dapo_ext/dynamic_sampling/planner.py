@@ -167,6 +167,54 @@ def expected_next_values(values: np.ndarray, survivals: np.ndarray, processes: i
     return pmf @ values
 
 
+def fft_convolve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``np.convolve(a, b)`` for non-negative ``a``, ``b`` (pmfs, costs) in O(L log L) by a real FFT.
+
+    The FFT's rounding error is absolute (about 1e-16 times ``sum(a) * max(b)`` per entry), so tiny negative
+    results are clipped to 0: every caller convolves non-negative arrays.
+
+    Example:
+        >>> fft_convolve(np.array([0.5, 0.5]), np.array([1.0, 2.0, 3.0])).round(12).tolist()
+        [0.5, 1.5, 2.5, 1.5]
+    """
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    length = len(a) + len(b) - 1
+    size = 1 << max(length - 1, 0).bit_length()  # a power of two: numpy's FFT is fastest there
+    out = np.fft.irfft(np.fft.rfft(a, size) * np.fft.rfft(b, size), size)[:length]
+    return np.maximum(out, 0.0)
+
+
+def next_values_operator(survivals: np.ndarray, processes: int) -> Callable[[np.ndarray], np.ndarray]:
+    """:func:`expected_next_values` as a function of ``values`` for fixed ``survivals``, in O(L log L) per size.
+
+    The step's next shortfall is ``m' = max_p (m - Y_p)^+ = (m - Z)^+`` with ``Z = min_p Y_p``, and
+    ``P(Z >= t) = P(Y >= t) ** processes``: the processes collapse into one count ``Z``, and
+    ``E[values[m']] = sum_{z < m} P(Z = z) values[m - z] + P(Z >= m) values[0]`` is a convolution of ``Z``'s pmf
+    with ``values`` (``values[0]`` left out, it enters through the tail). The transforms of the pmfs are taken once,
+    so each of the Bellman recursion's rounds costs one FFT of ``values`` and one inverse per size.
+
+    Example:
+        >>> s = survival(np.array([0.5, 0.5]), 1)
+        >>> next_values_operator(s[None, :], processes=1)(np.array([0.0, 10.0])).round(12).tolist()
+        [[0.0, 5.0]]
+    """
+    survivals = np.asarray(survivals, dtype=float)
+    limit = survivals.shape[1] - 1
+    tails = survivals**processes  # P(Z >= t)
+    # P(Z = z) for z < limit; P(Z >= limit) only ever meets values[0], through the tail term.
+    pmf = tails[:, :limit] - tails[:, 1:]
+    size = 1 << max(2 * limit - 1, 0).bit_length()  # >= 2 * limit: no wrap-around into m <= limit
+    transforms = np.fft.rfft(pmf, size, axis=1)
+
+    def apply(values: np.ndarray) -> np.ndarray:
+        inner = np.array(values, dtype=float)
+        inner[0] = 0.0
+        spread = np.fft.irfft(transforms * np.fft.rfft(inner, size)[None, :], size, axis=1)[:, : limit + 1]
+        return spread + tails * values[0]
+
+    return apply
+
+
 @dataclass(frozen=True)
 class Costs:
     """A step's cost parameters, all in completion-equivalents."""
@@ -183,12 +231,15 @@ def plan_values(
     future_sizes: Sequence[int],
     rounds: int,
     processes: int,
+    method: str = "direct",
 ) -> np.ndarray:
     """``V[k, m]``: least expected cost to finish a step with ``m`` groups missing and ``k`` rounds still allowed.
 
     Dynamic programming over rounds (Bellman): with no round left a shortfall costs
     ``group_value * m + exhaustion_penalty``; with ``k`` left the cheapest round size ``n`` (from ``future_sizes``,
     survivals as in :func:`expected_next_values`) pays ``latency + G * n`` plus the expected cost of what is left.
+    ``method="fft"`` takes the expectations by :func:`next_values_operator` (O(sizes * L log L) per round instead of
+    O(sizes * L^2), equal up to rounding); ``"direct"`` is the matrix form.
 
     Example:
         >>> costs = Costs(latency=0.0, generations=1, group_value=100.0, exhaustion_penalty=0.0)
@@ -200,15 +251,57 @@ def plan_values(
     shortfall = np.arange(limit + 1, dtype=float)
     values = np.empty((rounds + 1, limit + 1))
     values[0] = costs.group_value * shortfall + costs.exhaustion_penalty * (shortfall > 0)
+    if method not in ("direct", "fft"):
+        raise ValueError(f"method={method!r} must be 'direct' or 'fft'")
     round_costs = costs.latency + costs.generations * np.asarray(future_sizes, dtype=float)[:, None]
+    if method == "fft" and len(future_sizes):
+        operator = next_values_operator(future_survivals, processes)
+    else:
+        operator = functools.partial(_direct_next_values, survivals=future_survivals, processes=processes)
     for k in range(1, rounds + 1):
         if len(future_sizes) == 0:
             values[k] = values[k - 1]
             continue
-        candidates = round_costs + expected_next_values(values[k - 1], future_survivals, processes)
+        candidates = round_costs + operator(values[k - 1])
         values[k] = np.minimum(candidates.min(axis=0), values[k - 1])  # stopping early is never cheaper, but safe
         values[k, 0] = 0.0
     return values
+
+
+def _direct_next_values(values: np.ndarray, survivals: np.ndarray, processes: int) -> np.ndarray:
+    return expected_next_values(values, survivals, processes)
+
+
+def least_cost_between(
+    cost: Callable[[int], float], low: int, high: int, slope: float, scores: dict[int, float], tolerance: float
+) -> None:
+    """Score (into ``scores``) enough integers strictly between ``low`` and ``high`` to come within ``tolerance``
+    of their least ``cost``.
+
+    ``cost(n) = slope * n + f(n)`` with ``f`` non-increasing (more groups can only lower the expected cost of what
+    is left); ``low`` and ``high`` are scored already. For every ``n`` in ``(a, b)`` then
+    ``cost(n) >= slope * (a + 1) + f(b) = cost(b) - slope * (b - a - 1)``: an interval whose bound is above the best
+    score so far less ``tolerance`` holds nothing cheaper by more than ``tolerance`` and is not scored; the others
+    are split at their middle. Afterwards ``min(scores.values())`` is at most the least cost over ``[low, high]``
+    plus ``tolerance`` (a negative tolerance, the rounding of ``f``, makes it the least).
+
+    Example:
+        >>> scores = {0: 10.0, 100: 100.0}
+        >>> least_cost_between(lambda n: n + max(10 - n, 0), 0, 100, 1.0, scores, tolerance=0.0)
+        >>> min(scores.values()), len(scores) < 20
+        (10.0, True)
+    """
+    stack = [(low, high)]
+    while stack:
+        a, b = stack.pop()
+        if b - a < 2:
+            continue
+        if scores[b] - slope * (b - a - 1) > min(scores.values()) - tolerance:
+            continue
+        middle = (a + b) // 2
+        if middle not in scores:
+            scores[middle] = cost(middle)
+        stack.extend(((middle, b), (a, middle)))
 
 
 def size_grid(upper: int, lower: int = 1, dense: int = 64, steps: int = 48) -> list[int]:
@@ -288,6 +381,8 @@ def plan_refill_groups(
 
 POOLED = "all"  # the stratum of prompts the caller does not stratify
 REFILL = "\x00refill"  # the cost search's one stratum for refill groups (no caller names a stratum so)
+EXACT_UP_TO = 128  # the largest shortfall the cost search plans by the direct method (RefillPlanner.exact_up_to)
+PLAN_TOLERANCE = 0.002  # above EXACT_UP_TO: the plan's expected cost is within this fraction of the best size's
 DEFAULT_ROUNDS = 10  # rounds a step may take when the caller does not say (dynamic_sampling_max_rounds default)
 
 
@@ -498,6 +593,9 @@ class RefillPlanner:
         self.measure_latency = measure_latency
         self.exhaustion_cost_steps = exhaustion_cost_steps
         self.cost_model = RoundCostModel(prior_latency=round_latency)  # validates round_latency
+        # Shortfalls up to this many groups are planned by the direct O(L^2)-per-candidate search (exact, and fast
+        # there); larger ones by the FFT search (_cheapest_refill_fast). Tests and benchmarks raise it to compare.
+        self.exact_up_to = EXACT_UP_TO
         self.estimates: dict[str, RetentionEstimate] = {}  # decayed counts of earlier steps, per stratum
         self.last_step: dict[str, float] = {}  # what the last closed step planned and spent (for logging)
         self._reset_step()
@@ -605,13 +703,15 @@ class RefillPlanner:
             pooled.uninformative += estimate.uninformative
         return pooled.alpha_beta(*(sum(counts[i] for counts in self.step_counts.values()) for i in (0, 1)))
 
-    def _future_values(self, limit: int, rounds: int, cap: int, refill: tuple[float, float]) -> np.ndarray:
+    def _future_values(
+        self, limit: int, rounds: int, cap: int, refill: tuple[float, float], method: str = "direct"
+    ) -> np.ndarray:
         """``V[m]``, the least expected cost to finish from a shortfall ``m`` with ``rounds`` rounds after this one,
         when every later round draws refill groups whose informative chance has the posterior ``refill``."""
         sizes = size_grid(cap, dense=16, steps=24)  # V is smooth in n: a coarse grid beyond 16 groups suffices
         head = beta_binomial_head(sizes, *refill, limit)
         survivals = np.cumsum(head[:, ::-1], axis=1)[:, ::-1]  # P(Y >= t)
-        return plan_values(self._costs(), survivals, sizes, rounds, self.num_processes)[rounds]
+        return plan_values(self._costs(), survivals, sizes, rounds, self.num_processes, method=method)[rounds]
 
     def _refill_posterior(self, peeked: Strata, posteriors: dict[str, tuple[float, float]]) -> tuple[float, float]:
         """One posterior for every refill group: the mean retention of the stream's next prompts, at the pooled
@@ -667,6 +767,9 @@ class RefillPlanner:
         later_cap = self._round_cap()
         if self.max_groups_per_step is not None:  # what the budget leaves after a round of the least useful size
             later_cap = min(later_cap, self.next_budget() - max(lower, min(limit, upper)))
+        if limit > self.exact_up_to:  # the same plan in O(L log L) per candidate: see _cheapest_refill_fast
+            values = self._future_values(limit, max(later_rounds, 0), max(later_cap, 0), refill_posterior, "fft")
+            return self._cheapest_refill_fast(needed, own, posteriors, refill_posterior, values, lower, upper)
         values = self._future_values(limit, max(later_rounds, 0), max(later_cap, 0), refill_posterior)
         costs = self._costs()
         most = len(own[0]) + upper  # the most groups of one stratum any candidate puts on a process
@@ -695,6 +798,87 @@ class RefillPlanner:
         best = min(scores, key=lambda n: (scores[n][0], n))
         stop = costs.group_value * limit + costs.exhaustion_penalty  # what ending the step short costs now
         if lower >= 1 and scores[best][0] >= stop:  # no round is worth its cost: the step cannot be saved
+            self._plan = (stop, 0.0)
+            return 0
+        self._plan = scores[best]
+        return best
+
+    def _cheapest_refill_fast(
+        self,
+        needed: Sequence[int],
+        own: Sequence[Strata],
+        posteriors: dict[str, tuple[float, float]],
+        refill_posterior: tuple[float, float],
+        values: np.ndarray,
+        lower: int,
+        upper: int,
+    ) -> int:
+        """:meth:`_cheapest_refill`'s search for large shortfalls, with the same candidates and the same scores.
+
+        The direct search costs O(L^2) per candidate (L = the largest shortfall: every Beta-Binomial row up to the
+        round cap, one direct convolution per process and candidate) and scores every size between the coarse grid's
+        neighbours of its best point: about O(L^3) per decision. Here:
+
+        * only the Beta-Binomial rows a candidate uses are computed (cached);
+        * a process's own groups are convolved once per decision, and each candidate adds its refill groups with
+          one FFT convolution (:func:`fft_convolve`);
+        * processes with the same shortfall and strata are one factor raised to their number;
+        * the refinement scores only the sizes that can still beat the best one (:func:`least_cost_between`: the
+          expected cost of what is left falls as the round grows, so a bound rules out whole intervals).
+
+        Scores agree with the direct ones up to FFT rounding (about 1e-12 relative), and the refinement's choice
+        costs at most ``PLAN_TOLERANCE`` (0.2%) of the expected cost more than the direct search's choice.
+        """
+        limit = max(needed)
+        costs = self._costs()
+        groups: Counter = Counter()
+        for p in range(self.num_processes):
+            if needed[p] > 0:
+                groups[(needed[p], tuple(sorted(Counter(own[p]).items())))] += 1
+        # Only P(Y >= t) for t <= need matters: both laws are cut to their first ``need`` entries (counts of
+        # ``need`` and more fill the process however they combine), so a transform of 2 * need points suffices
+        # and the own groups' transform is taken once per decision.
+        owned = {}
+        for need, strata in groups:
+            distribution = np.ones(1)
+            for stratum, trials in strata:
+                head = _beta_binomial_head(trials, *posteriors[stratum], limit)
+                distribution = fft_convolve(distribution[:need], head[:need])[:need]
+            size = 1 << max(2 * need - 2, 0).bit_length()
+            owned[(need, strata)] = (np.fft.rfft(distribution[:need], size), size)
+        shortfalls = np.arange(limit + 1)
+
+        def expected(refill: int) -> tuple[float, float]:
+            cdf = np.ones(limit + 1)  # P(m' <= j): every process short by at most j
+            head = _beta_binomial_head(refill, *refill_posterior, limit) if refill > 0 else np.ones(1)
+            for (need, strata), count in groups.items():
+                transform, size = owned[(need, strata)]
+                below = np.maximum(np.fft.irfft(transform * np.fft.rfft(head[:need], size), size)[:need], 0.0)
+                # tail[t] = P(Y >= t) = 1 - P(Y < t) for t = 0..need
+                tail = np.clip(1.0 - np.concatenate(([0.0], np.cumsum(below))), 0.0, 1.0)
+                cdf *= tail[np.clip(need - shortfalls, 0, None)] ** count
+            pmf = np.diff(cdf, prepend=0.0)
+            return costs.latency + costs.generations * (len(own[0]) + refill) + float(pmf @ values), float(pmf[0])
+
+        grid = size_grid(upper, lower, dense=8, steps=16) if upper >= lower else [lower]
+        scores = {n: expected(n) for n in grid}
+        best = min(grid, key=lambda n: scores[n][0])
+        at = grid.index(best)
+        totals = {n: score[0] for n, score in scores.items()}
+
+        def total(n: int) -> float:
+            scores[n] = expected(n)
+            return scores[n][0]
+
+        # The cost is flat near its minimum (each extra group costs G and saves about G of later rounds), so an
+        # exact refinement would score most sizes between the grid neighbours; a tolerance of PLAN_TOLERANCE of the
+        # expected cost lets the bound skip whole intervals and still certifies the plan's gap to the best size.
+        tolerance = PLAN_TOLERANCE * abs(totals[best])
+        low, high = grid[max(at - 1, 0)], grid[min(at + 1, len(grid) - 1)]
+        least_cost_between(total, low, high, costs.generations, totals, tolerance)
+        best = min(scores, key=lambda n: (scores[n][0], n))
+        stop = costs.group_value * limit + costs.exhaustion_penalty
+        if lower >= 1 and scores[best][0] >= stop:
             self._plan = (stop, 0.0)
             return 0
         self._plan = scores[best]
