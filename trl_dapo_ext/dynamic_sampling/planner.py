@@ -273,35 +273,37 @@ def _direct_next_values(values: np.ndarray, survivals: np.ndarray, processes: in
 
 
 def least_cost_between(
-    cost: Callable[[int], float], low: int, high: int, slope: float, scores: dict[int, float], tolerance: float
+    costs: Callable[[list[int]], Sequence[float]],
+    low: int,
+    high: int,
+    slope: float,
+    scores: dict[int, float],
+    tolerance: float,
 ) -> None:
     """Score (into ``scores``) enough integers strictly between ``low`` and ``high`` to come within ``tolerance``
-    of their least ``cost``.
+    of their least cost; ``costs`` scores a list of sizes at once.
 
-    ``cost(n) = slope * n + f(n)`` with ``f`` non-increasing (more groups can only lower the expected cost of what
-    is left); ``low`` and ``high`` are scored already. For every ``n`` in ``(a, b)`` then
+    The cost is ``cost(n) = slope * n + f(n)`` with ``f`` non-increasing (more groups can only lower the expected
+    cost of what is left); ``low`` and ``high`` are scored already. For every ``n`` in ``(a, b)`` then
     ``cost(n) >= slope * (a + 1) + f(b) = cost(b) - slope * (b - a - 1)``: an interval whose bound is above the best
     score so far less ``tolerance`` holds nothing cheaper by more than ``tolerance`` and is not scored; the others
-    are split at their middle. Afterwards ``min(scores.values())`` is at most the least cost over ``[low, high]``
-    plus ``tolerance`` (a negative tolerance, the rounding of ``f``, makes it the least).
+    are split at their middle, all middles of one level scored in one call (the caller vectorises). Afterwards
+    ``min(scores.values())`` is at most the least cost over ``[low, high]`` plus ``tolerance`` (a negative
+    tolerance, the rounding of ``f``, makes it the least).
 
     Example:
         >>> scores = {0: 10.0, 100: 100.0}
-        >>> least_cost_between(lambda n: n + max(10 - n, 0), 0, 100, 1.0, scores, tolerance=0.0)
+        >>> least_cost_between(lambda ns: [n + max(10 - n, 0) for n in ns], 0, 100, 1.0, scores, tolerance=0.0)
         >>> min(scores.values()), len(scores) < 20
         (10.0, True)
     """
-    stack = [(low, high)]
-    while stack:
-        a, b = stack.pop()
-        if b - a < 2:
-            continue
-        if scores[b] - slope * (b - a - 1) > min(scores.values()) - tolerance:
-            continue
-        middle = (a + b) // 2
-        if middle not in scores:
-            scores[middle] = cost(middle)
-        stack.extend(((middle, b), (a, middle)))
+    level = [(low, high)]
+    while level:
+        best = min(scores.values())
+        level = [(a, b) for a, b in level if b - a >= 2 and scores[b] - slope * (b - a - 1) <= best - tolerance]
+        middles = sorted({(a + b) // 2 for a, b in level} - set(scores))
+        scores.update(zip(middles, costs(middles)))
+        level = [half for a, b in level for half in ((a, (a + b) // 2), ((a + b) // 2, b))]
 
 
 def size_grid(upper: int, lower: int = 1, dense: int = 64, steps: int = 48) -> list[int]:
@@ -847,35 +849,43 @@ class RefillPlanner:
             size = 1 << max(2 * need - 2, 0).bit_length()
             owned[(need, strata)] = (np.fft.rfft(distribution[:need], size), size)
         shortfalls = np.arange(limit + 1)
+        fixed = costs.latency + costs.generations * len(own[0])
 
-        def expected(refill: int) -> tuple[float, float]:
-            cdf = np.ones(limit + 1)  # P(m' <= j): every process short by at most j
-            head = _beta_binomial_head(refill, *refill_posterior, limit) if refill > 0 else np.ones(1)
+        def expected(refills: list[int]) -> list[tuple[float, float]]:
+            """Scores of many refill counts at once: one matrix of Beta-Binomial rows, one batch of FFTs."""
+            if not refills:
+                return []
+            heads = beta_binomial_head(refills, *refill_posterior, limit)  # trials 0: all mass on 0
+            cdf = np.ones((len(refills), limit + 1))  # P(m' <= j): every process short by at most j
             for (need, strata), count in groups.items():
                 transform, size = owned[(need, strata)]
-                below = np.maximum(np.fft.irfft(transform * np.fft.rfft(head[:need], size), size)[:need], 0.0)
+                spread = np.fft.irfft(transform[None, :] * np.fft.rfft(heads[:, :need], size, axis=1), size, axis=1)
+                below = np.maximum(spread[:, :need], 0.0)
                 # tail[t] = P(Y >= t) = 1 - P(Y < t) for t = 0..need
-                tail = np.clip(1.0 - np.concatenate(([0.0], np.cumsum(below))), 0.0, 1.0)
-                cdf *= tail[np.clip(need - shortfalls, 0, None)] ** count
-            pmf = np.diff(cdf, prepend=0.0)
-            return costs.latency + costs.generations * (len(own[0]) + refill) + float(pmf @ values), float(pmf[0])
+                tail = np.clip(1.0 - np.cumsum(below, axis=1), 0.0, 1.0)
+                tail = np.concatenate((np.ones((len(refills), 1)), tail), axis=1)
+                cdf *= tail[:, np.clip(need - shortfalls, 0, None)] ** count
+            pmf = np.diff(cdf, axis=1, prepend=0.0)
+            totals = fixed + costs.generations * np.asarray(refills, dtype=float) + pmf @ values
+            return list(zip(totals.tolist(), pmf[:, 0].tolist()))
 
         grid = size_grid(upper, lower, dense=8, steps=16) if upper >= lower else [lower]
-        scores = {n: expected(n) for n in grid}
+        scores = dict(zip(grid, expected(grid)))
         best = min(grid, key=lambda n: scores[n][0])
         at = grid.index(best)
         totals = {n: score[0] for n, score in scores.items()}
 
-        def total(n: int) -> float:
-            scores[n] = expected(n)
-            return scores[n][0]
+        def score(refills: list[int]) -> list[float]:
+            found = expected(refills)
+            scores.update(zip(refills, found))
+            return [total for total, _ in found]
 
         # The cost is flat near its minimum (each extra group costs G and saves about G of later rounds), so an
         # exact refinement would score most sizes between the grid neighbours; a tolerance of PLAN_TOLERANCE of the
         # expected cost lets the bound skip whole intervals and still certifies the plan's gap to the best size.
         tolerance = PLAN_TOLERANCE * abs(totals[best])
         low, high = grid[max(at - 1, 0)], grid[min(at + 1, len(grid) - 1)]
-        least_cost_between(total, low, high, costs.generations, totals, tolerance)
+        least_cost_between(score, low, high, costs.generations, totals, tolerance)
         best = min(scores, key=lambda n: (scores[n][0], n))
         stop = costs.group_value * limit + costs.exhaustion_penalty
         if lower >= 1 and scores[best][0] >= stop:
