@@ -383,7 +383,7 @@ def plan_refill_groups(
 
 POOLED = "all"  # the stratum of prompts the caller does not stratify
 REFILL = "\x00refill"  # the cost search's one stratum for refill groups (no caller names a stratum so)
-EXACT_UP_TO = 128  # the largest shortfall the cost search plans by the direct method (RefillPlanner.exact_up_to)
+EXACT_UP_TO = 128  # direct search up to this shortfall and 4x it per round (RefillPlanner.exact_up_to)
 PLAN_TOLERANCE = 0.002  # above EXACT_UP_TO: the plan's expected cost is within this fraction of the best size's
 DEFAULT_ROUNDS = 10  # rounds a step may take when the caller does not say (dynamic_sampling_max_rounds default)
 
@@ -769,7 +769,9 @@ class RefillPlanner:
         later_cap = self._round_cap()
         if self.max_groups_per_step is not None:  # what the budget leaves after a round of the least useful size
             later_cap = min(later_cap, self.next_budget() - max(lower, min(limit, upper)))
-        if limit > self.exact_up_to:  # the same plan in O(L log L) per candidate: see _cheapest_refill_fast
+        # The direct search costs O(round cap * L) for its Beta-Binomial rows and O(L^2) per candidate: fast for the
+        # shortfalls and rounds of a batch of up to exact_up_to groups (round cap 4x), too slow past them.
+        if limit > self.exact_up_to or upper > 4 * self.exact_up_to:  # the same plan, O(L log L) per candidate
             values = self._future_values(limit, max(later_rounds, 0), max(later_cap, 0), refill_posterior, "fft")
             return self._cheapest_refill_fast(needed, own, posteriors, refill_posterior, values, lower, upper)
         values = self._future_values(limit, max(later_rounds, 0), max(later_cap, 0), refill_posterior)
