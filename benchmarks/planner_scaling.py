@@ -1,7 +1,7 @@
 """Decision time of the cost-aware RefillPlanner against the groups each process needs, and the expected-cost gap
 of the fast search (shortfalls above ``RefillPlanner.exact_up_to`` groups) to the direct one, in one run.
 
-The planner state is issue 34's: ``RefillPlanner(round_latency=16)`` after 5 observed steps at retention 1/2,
+The planner state: ``RefillPlanner(round_latency=16)`` after 5 observed steps at retention 1/2,
 ``first_round(n, rounds_left=10)``, then round 1 observed with a shortfall of n/8 and ``next_round(n/8,
 rounds_left=9)``. "new" is the default planner; "old" the same planner with ``exact_up_to`` raised past every size,
 which is the direct search of before (run up to ``--exact-max`` groups: it grows about as n^2.6). Each timing is
@@ -10,7 +10,7 @@ that machine noise hits both. "gap" is the new plan's expected cost over the old
 
     python benchmarks/planner_scaling.py [--sizes 8 16 ... 4096] [--repeats 5] [--exact-max 512]
 
-Target (issue 34): <= 20 ms per decision at 2048 groups. Timings on a shared machine are noisy; compare the
+Target: <= 20 ms per decision at 2048 groups. Timings on a shared machine are noisy; compare the
 old/new ratio within one run.
 """
 

@@ -1,4 +1,4 @@
-"""The planner's fast search for large shortfalls (issue 34): FFT expectations, the bounded refinement, and
+"""The planner's fast search for large shortfalls: FFT expectations, the bounded refinement, and
 decisions against the direct search (kept as ``RefillPlanner.exact_up_to``)."""
 
 from __future__ import annotations
