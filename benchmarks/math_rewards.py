@@ -260,9 +260,10 @@ def run(fn, rows: list[dict], batch: int) -> tuple[list, float, float]:
 def _reset_caches() -> None:
     from reward_funcs import close_math_workers
     from reward_funcs.math import answers as ma
+    from reward_funcs.math import compare as mc
 
     close_math_workers()
-    for cache in (ma._prepare, ma._prepare_gold, ma._exact, ma._structure, ma._sides):
+    for cache in (mc._prepare, mc._prepare_gold, mc._exact, mc._structure, mc._sides):
         cache.cache_clear()
     ma._VERDICTS.data.clear()
     ma._GOLD_STATUS.data.clear()
