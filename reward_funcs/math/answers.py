@@ -26,6 +26,7 @@ from collections.abc import Sequence
 
 from ..inputs import completion_text, require_column
 from . import extract as _ex
+from . import forms as _fm
 from .compare import _compare, _gold_atoms, _Oracle, _prepare, _prepare_gold, _Prepared
 from .pool import _Task, _WorkerPool
 
@@ -109,9 +110,15 @@ _GOLD_STATUS = _VerdictCache(_VERDICT_CACHE_SIZE)  # gold atom -> parses with sy
 
 
 def _score_pairs(
-    pairs: Sequence[tuple[_Prepared | None, _Prepared | None]], timeout_s: float, workers: int, mem_mb: int
+    pairs: Sequence[tuple[_Prepared | None, _Prepared | None]],
+    timeout_s: float,
+    workers: int,
+    mem_mb: int,
+    prompts: Sequence[str] | None = None,
 ) -> list[bool | None]:
-    """Verdict per (pred, gold) pair: True / False, None when the gold cannot be parsed."""
+    """Verdict per (pred, gold) pair: True / False, None when the gold cannot be parsed (`prompts`: each pair's
+    question in `echo_form`, or None)."""
+    prompts = prompts or [""] * len(pairs)
     golds = {g for _, g in pairs if g is not None}
     gold_atoms = {g: _gold_atoms(g) for g in golds}
     known: dict[tuple[str, str], bool] = {}
@@ -127,7 +134,7 @@ def _score_pairs(
         oracle = _Oracle(known, _VERDICTS)
         for i, (p, g) in enumerate(pairs):
             if p is not None and g is not None:
-                verdicts[i] = _compare(p, g, oracle)
+                verdicts[i] = _compare(p, g, oracle, prompts[i])
         unknown_golds = {a for atoms in gold_atoms.values() for a in atoms if a not in status}
         if not oracle.needed and not unknown_golds:
             break
@@ -255,11 +262,20 @@ class MathReward:
             (_prepare(a) if a is not None else None, _prepare_gold(None if g is None else str(g)))
             for a, g in zip(answers, golds, strict=True)
         ]
-        verdicts = _score_pairs(pairs, self.timeout_s, self.workers, self.memory_limit_mb)
+        prompts = kwargs.get("prompts")
+        prompts = [_prompt_text(p) for p in prompts] if prompts is not None and len(prompts) == len(pairs) else None
+        verdicts = _score_pairs(pairs, self.timeout_s, self.workers, self.memory_limit_mb, prompts)
         log_extra = kwargs.get("log_extra")
         if callable(log_extra):
             log_extra("math_answer", ["" if a is None else a for a in answers])
         return [None if v is None else float(v) for v in verdicts]
+
+
+def _prompt_text(prompt) -> str:
+    """Every message of a prompt (a string or TRL's conversational list), in `echo_form`."""
+    if isinstance(prompt, (list, tuple)):
+        prompt = "\n".join(completion_text(m) for m in prompt if isinstance(m, dict))
+    return _fm.echo_form(prompt) if isinstance(prompt, str) else ""
 
 
 def _gold_column(kwargs: dict, name: str) -> list:
@@ -332,7 +348,8 @@ class MathFormatReward:
             if after is None:
                 return False
         found, answer = _ex.find_anchor(after)
-        return found and answer is not None
+        # Only an answer that could be a value: a policy learnt to write a literal `\\boxed{number}` for the bonus.
+        return found and _fm.could_be_value(answer)
 
 
 def make_math_format_reward(
