@@ -8,13 +8,18 @@ source distribution on PyPI (`tests/test_all.py`, `test_numina_cases.py`, `test_
 docstring). Nothing of it is copied into this repository: `--suite` takes the unpacked sdist (or its `.tar.gz`);
 without it the script fetches the sdist of the installed version with `pip download --no-binary :all:`.
 
-Protocol. The suite's predictions are bare LaTeX (`$\\frac{1}{2}$`); `math_reward` grades only anchored answers (see
-docs/math-grading.md), so a prediction without an anchor (`\\boxed`, `####`, `Answer:`, "the answer is") is given
-as `$\\boxed{...}$` around its text with the outer math delimiters removed, the form a trained model writes. TRL's
-reward gets the same completion and the gold as its `solution`; Math-Verify runs each pair as the suite's own test
-does. The suite's verdicts are Math-Verify's, including a few this project disagrees with on purpose (for example
-`1 - 1/e` vs `1 + 1/e` expected equal, or a predicted interval for a gold inequality under
-`allow_set_relation_comp=True`): they are listed under "disagreements by policy" and never counted as our bugs.
+Protocol. Most of the suite's predictions are bare LaTeX (`$\\frac{1}{2}$`) or prose; `math_reward` grades only
+anchored answers (docs/math-grading.md). A prediction without an anchor (`\\boxed`, `####`, `Answer:`, "the answer
+is") that is one formula, prose around one formula, or an expression of at most one word (`28 percent`) gets that
+formula boxed in place, the form a trained model writes; prose with several formulas is left as it is (nothing says
+which formula is the answer). TRL's reward gets the same completion and the gold as its `solution`; Math-Verify runs
+each pair as the suite's own test does, so it agrees with itself by construction.
+
+Each row prints agreement with the suite's verdicts, recall (expected-equal pairs rewarded), false positives and
+negatives, None (gold skipped), and how many of the disagreements follow a documented rule of this project
+(`POLICY`, `policy_reason`): no number scraped from prose, no decimal approximations, commas are no decimal points,
+every side of an equation must equal the gold, and a few verdicts of the suite itself (`1 - 1/e` vs `1 + 1/e`
+expected equal; one pair graded both 0 and 1 depending on `allow_set_relation_comp`).
 """
 
 from __future__ import annotations
@@ -38,15 +43,46 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 SUITE_FILES = ("test_all.py", "test_numina_cases.py", "test_open_thoughts.py", "test_yujianll.py")
 _ANCHOR = re.compile(r"(?im)\\boxed|\\fbox|####|^\s*(?:final\s+)?answer\s*:|\bthe\s+(?:final\s+)?answer\s+is\b")
 # Inline math (`$...$`, `\\(...\\)`) stays on one line, display math may span lines (the suite's own rule).
-_ENV = re.compile(r"\$\$([\s\S]+?)\$\$|\$([^$\n]+?)\$|\\\[([\s\S]+?)\\\]|\\\(([^\n]+?)\\\)")
-_WORD = re.compile(r"[A-Za-z]{3,}")
+# An escaped `\\$` (a dollar sign) neither opens nor closes math.
+_ENV = re.compile(r"\$\$([\s\S]+?)\$\$|(?<!\\)\$((?:\\\$|[^$\n])+?)(?<!\\)\$|\\\[([\s\S]+?)\\\]|\\\(([^\n]+?)\\\)")
+_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{3,}")
 _OUTER = re.compile(r"^\s*(?:\$\$|\$|\\\[|\\\()(.*?)(?:\$\$|\$|\\\]|\\\))\s*[.]?\s*$", re.S)
 
-# Pairs whose expected verdict this project's policy contradicts on purpose (see docs/math-grading.md), by
-# (test, gold, prediction). Each is a refusal that protects against a false positive or a hack.
-POLICY = {
-    ("test_string_extraction", "$1 - \\frac{1}{\\mathrm{e}}$", "$1 + \\frac{1}{\\mathrm{e}}$"): "a different value",
-}
+# Pairs where this project's documented policy (docs/math-grading.md) contradicts the suite's verdict on purpose, as
+# (FN or FP, test, text in the gold, text in the prediction, rule). Each rule refuses a false positive or a hack.
+POLICY = (
+    ("FN", "test_complex_math_expressions", "", "0.0833333", "no decimal approximation of an exact value"),
+    ("FN", "test_complex_math_expressions", "", "0.33\\\\0.2", "no decimal approximation of an exact value"),
+    ("FN", "test_complex_math_expressions", "", "2.6667", "no decimal approximation of an exact value"),
+    ("FN", "test_float_precision", "4.1231056", "", "no decimal approximation of an exact value"),
+    ("FN", "test_math_extraction_additional_cases", "(1,3)", "{1,3}", "a list is not an ordered pair"),
+    ("FN", "test_number_extraction", "", "1000,99", "a comma separates values (or thousands), it is no decimal point"),
+    ("FN", "test_number_extraction", "1,22", "", "a comma separates values (or thousands), it is no decimal point"),
+    ("FN", "test_number_extraction", "0,111", "", "a comma separates values (or thousands), it is no decimal point"),
+    ("FN", "test_relations_math", "x = ", "5+5+1 =", "every side of an equation must equal the gold (hedge guard)"),
+    ("FN", "test_relations_math", "\\zzz", "", "a gold equation whose sides differ"),
+    ("FN", "test_latex_notation", "10/9", "\\$ =", "every side of an equation must equal the gold (hedge guard)"),
+    ("FN", "test_numina_cases", "W(n)", "W(x)", "different names do not match (W(n) vs W(x))"),
+    ("FN", "test_open_thoughts", "no no no", "", "a gold whose boxes are split by words: ambiguous, skipped"),
+    ("FN", "test_string_extraction", "1 - \\frac{1}{\\mathrm{e}}", "1 +", "a different value (the suite's verdict)"),
+    # The suite grades this pair 0 under its default allow_set_relation_comp=False and 1 with it on: a solved
+    # inequality equals its interval here (a copy of the prompt's inequality is refused instead).
+    ("FP", "test_set_rel_assymetry", "x \\in [-2,7]", "\\\\le x", "a solved inequality equals its interval"),
+)
+
+
+def policy_reason(case: dict, kind: str = "FN") -> str | None:
+    """The documented rule behind a disagreement with the suite (a false negative, or with kind="FP" a false
+    positive), or None."""
+    if kind == "FN" and case["answer"] is None:
+        return "no anchored answer: no number is scraped from prose"
+    if kind == "FN" and len(_WORD.findall(case["answer"])) >= 2:
+        return "the anchored answer is a sentence: no number is scraped from it"
+    gold, pred = case["args"]["gold"], case["args"]["pred"]
+    for rule_kind, test, in_gold, in_pred, rule in POLICY:
+        if rule_kind == kind and case["test"] == test and in_gold in gold and in_pred in pred:
+            return rule
+    return None
 
 
 def _fetch_sdist(dest: Path) -> Path:
@@ -93,19 +129,19 @@ def _load_tests(root: Path) -> list[dict]:
 
 
 def completion_for(pred: str) -> str:
-    """The suite's prediction as an anchored completion: unchanged when it has an anchor, else its last math
-    environment boxed in place (the whole text when it has none and no words)."""
+    """The suite's prediction as an anchored completion: unchanged when it has an anchor, else its one math
+    environment boxed in place (the whole text when it has none and no words; unchanged with several)."""
     if _ANCHOR.search(pred):
         return pred
     m = _OUTER.match(pred)
     if m and "$" not in m.group(1):
         return f"$\\boxed{{{m.group(1).strip()}}}$"
     envs = list(_ENV.finditer(pred))
-    if envs:
-        e = envs[-1]
+    if len(envs) == 1:  # prose around one formula: that formula is the answer (with several, nothing says which)
+        e = envs[0]
         inner = next(g for g in e.groups() if g is not None)
         return f"{pred[: e.start()]}$\\boxed{{{inner.strip()}}}${pred[e.end() :]}"
-    if not _WORD.search(pred):
+    if len(_WORD.findall(pred)) <= 1 and "$" not in pred:  # an expression (`28 percent`), not prose
         return f"$\\boxed{{{pred.strip()}}}$"
     return pred
 
@@ -146,42 +182,60 @@ def score(cases: list[dict]) -> dict[str, list]:
     return out
 
 
-def _key(c: dict) -> tuple:
-    return (c["test"], c["args"]["gold"], c["args"]["pred"])
+def _verdicts(got: list) -> list:
+    return [None if g is None else int(float(g) >= 1.0) for g in got]
 
 
 def report(cases: list[dict], scores: dict[str, list], show_misses: bool) -> dict:
-    n = len(cases)
-    expected = [c["expected"] for c in cases]
-    summary = {}
-    print(f"suite: {n} graded pairs ({sum(expected)} expected equal, {n - sum(expected)} expected different)\n")
-    print(f"{'checker':32s} {'agree':>7s} {'FP':>4s} {'FN':>4s} {'None':>5s} {'FN by policy':>13s}")
+    """Print agreement, false positives / negatives (and how many of them follow a documented rule) per checker."""
     from reward_funcs import extract_final_answer
 
+    n = len(cases)
+    expected = [c["expected"] for c in cases]
     for c, text in zip(cases, scores["_completions"], strict=True):
-        c["anchored"] = extract_final_answer(text) is not None
+        c["answer"] = extract_final_answer(text)
+    print(f"suite: {n} graded pairs ({sum(expected)} expected equal, {n - sum(expected)} expected different)\n")
+    print(f"{'checker':32s} {'agree':>6s} {'recall':>6s} {'FP':>3s} {'FN':>3s} {'None':>4s}  by policy: FP FN")
+    summary = {}
     for name, got in scores.items():
         if name.startswith("_"):
             continue
-        verdicts = [None if g is None else int(float(g) >= 1.0) for g in got]
-        agree = sum(v == e for v, e in zip(verdicts, expected, strict=True))
-        fp = [c for c, v, e in zip(cases, verdicts, expected, strict=True) if v == 1 and e == 0]
-        fn = [c for c, v, e in zip(cases, verdicts, expected, strict=True) if v != 1 and e == 1]
-        policy = [c for c in fn if _key(c) in POLICY or not c["anchored"]]
-        nones = sum(v is None for v in verdicts)
-        print(f"{name:32s} {agree / n:7.3f} {len(fp):4d} {len(fn):4d} {nones:5d} {len(policy):13d}")
-        summary[name] = dict(agreement=agree / n, false_positives=len(fp), false_negatives=len(fn), none=nones)
+        v = _verdicts(got)
+        fp = [c for c, x, e in zip(cases, v, expected, strict=True) if x == 1 and e == 0]
+        fn = [c for c, x, e in zip(cases, v, expected, strict=True) if x != 1 and e == 1]
+        row = dict(
+            agreement=sum(x == e for x, e in zip(v, expected, strict=True)) / n,
+            recall=1 - len(fn) / sum(expected),
+            false_positives=len(fp),
+            false_negatives=len(fn),
+            none=sum(x is None for x in v),
+            policy_fp=sum(policy_reason(c, "FP") is not None for c in fp),
+            policy_fn=sum(policy_reason(c) is not None for c in fn),
+        )
+        summary[name] = row
+        print(
+            f"{name:32s} {row['agreement']:6.3f} {row['recall']:6.3f} {len(fp):3d} {len(fn):3d} {row['none']:4d}"
+            f"  {row['policy_fp']:13d} {row['policy_fn']:2d}"
+        )
         if show_misses and name == "math_reward":
-            for label, rows in (("false positives", fp), ("false negatives", fn)):
-                for c in rows:
-                    why = POLICY.get(_key(c), "" if c["anchored"] else "(no anchored answer)")
-                    text = scores["_completions"][cases.index(c)]
-                    print(f"   {label[:-1]}: {c['test']}: gold {c['args']['gold']!r} completion {text[-300:]!r} {why}")
+            _print_misses(cases, scores["_completions"], fp, fn)
+            trl = _verdicts(scores["trl accuracy_reward"])
+            only_trl = [(c, x) for c, x, t in zip(cases, v, trl, strict=True) if t == c["expected"] != x]
+            print(
+                f"   TRL right where math_reward is not: {len(only_trl)}, all by policy: "
+                f"{all(policy_reason(c, 'FP' if x == 1 else 'FN') for c, x in only_trl)}"
+            )
     times = scores["_times"]
-    print(
-        "\nseconds for the whole suite (one pass, cold caches): " + ", ".join(f"{k} {v:.1f}" for k, v in times.items())
-    )
+    print("\nseconds for the whole suite, one pass: " + ", ".join(f"{k} {t:.1f}" for k, t in times.items()))
     return summary
+
+
+def _print_misses(cases, completions, fp, fn) -> None:
+    for label, kind, rows in (("false positive", "FP", fp), ("false negative", "FN", fn)):
+        for c in rows:
+            text = completions[cases.index(c)]
+            why = policy_reason(c, kind) or "NOT BY POLICY"
+            print(f"   {label}: {c['test']}: gold {c['args']['gold'][-120:]!r} completion {text[-160:]!r}: {why}")
 
 
 def main(argv: list[str] | None = None) -> None:
