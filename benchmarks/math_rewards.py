@@ -50,7 +50,8 @@ def _gold(rng: random.Random, mix: dict) -> dict:
         return dict(
             kind=kind,
             gold=d,
-            equiv=[f"\\frac{{{q.numerator}}}{{{q.denominator}}}", d + "0"],
+            # A trailing zero only after a decimal point: `140` + "0" is 1400, not an equal form.
+            equiv=[f"\\frac{{{q.numerator}}}{{{q.denominator}}}", d + "0" if "." in d else f"{d}.0"],
             wrong=f"{float(q) + 0.5:g}",
             near=f"{float(q) + 1e-4:.4f}",
         )

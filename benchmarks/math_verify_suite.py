@@ -62,7 +62,7 @@ POLICY = (
     ("FN", "test_relations_math", "x = ", "5+5+1 =", "every side of an equation must equal the gold (hedge guard)"),
     ("FN", "test_relations_math", "\\zzz", "", "a gold equation whose sides differ"),
     ("FN", "test_latex_notation", "10/9", "\\$ =", "every side of an equation must equal the gold (hedge guard)"),
-    ("FN", "test_numina_cases", "W(n)", "W(x)", "different names do not match (W(n) vs W(x))"),
+    ("FN", "test_numina_cases", "\\\\boxed{W(n)", "", "the gold's box is never closed: unparseable, skipped"),
     ("FN", "test_open_thoughts", "no no no", "", "a gold whose boxes are split by words: ambiguous, skipped"),
     ("FN", "test_string_extraction", "1 - \\frac{1}{\\mathrm{e}}", "1 +", "a different value (the suite's verdict)"),
     # The suite grades this pair 0 under its default allow_set_relation_comp=False and 1 with it on: a solved

@@ -198,7 +198,7 @@ class _Comparator:
         return self._sets_equal(sa[1], sb[1])
 
     def _as_set(self, e):
-        """(variable or None, its set of values) for an interval, a union, `x \in S` or a relation in solved form;
+        """(variable or None, its set of values) for an interval, a union, `x \\in S` or a relation in solved form;
         None for anything else."""
         sp = self.sympy
         if isinstance(e, (sp.Interval, sp.Union)):
@@ -215,7 +215,7 @@ class _Comparator:
         return var, sp.Intersection(*sets)
 
     def _solved(self, r):
-        """`x > a`, `a \le x`, `x \ne a` with `a` a real number or an infinity: (x, the interval or union)."""
+        """`x > a`, `a \\le x`, `x \\ne a` with `a` a real number or an infinity: (x, the interval or union)."""
         sp = self.sympy
         flip = {sp.StrictLessThan: sp.StrictGreaterThan, sp.LessThan: sp.GreaterThan, sp.Unequality: sp.Unequality}
         flip.update({v: k for k, v in flip.items()})
