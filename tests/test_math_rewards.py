@@ -88,10 +88,12 @@ def test_docstring_examples_run():
     import doctest
 
     from reward_funcs.math import answers as math_answers
+    from reward_funcs.math import forms as _math_forms
     from reward_funcs.math import normalize as _math_normalize
 
     assert doctest.testmod(math_answers).failed == 0
     assert doctest.testmod(_math_normalize).failed == 0
+    assert doctest.testmod(_math_forms).failed == 0
 
 
 # ----- the TRL reward-function contract -----
