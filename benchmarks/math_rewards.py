@@ -50,7 +50,8 @@ def _gold(rng: random.Random, mix: dict) -> dict:
         return dict(
             kind=kind,
             gold=d,
-            equiv=[f"\\frac{{{q.numerator}}}{{{q.denominator}}}", d + "0"],
+            # A trailing zero only after a decimal point: `140` + "0" is 1400, not an equal form.
+            equiv=[f"\\frac{{{q.numerator}}}{{{q.denominator}}}", d + "0" if "." in d else f"{d}.0"],
             wrong=f"{float(q) + 0.5:g}",
             near=f"{float(q) + 1e-4:.4f}",
         )
@@ -260,9 +261,10 @@ def run(fn, rows: list[dict], batch: int) -> tuple[list, float, float]:
 def _reset_caches() -> None:
     from reward_funcs import close_math_workers
     from reward_funcs.math import answers as ma
+    from reward_funcs.math import compare as mc
 
     close_math_workers()
-    for cache in (ma._prepare, ma._prepare_gold, ma._exact, ma._structure, ma._sides):
+    for cache in (mc._prepare, mc._prepare_gold, mc._exact, mc._structure, mc._sides):
         cache.cache_clear()
     ma._VERDICTS.data.clear()
     ma._GOLD_STATUS.data.clear()

@@ -88,10 +88,12 @@ def test_docstring_examples_run():
     import doctest
 
     from reward_funcs.math import answers as math_answers
+    from reward_funcs.math import forms as _math_forms
     from reward_funcs.math import normalize as _math_normalize
 
     assert doctest.testmod(math_answers).failed == 0
     assert doctest.testmod(_math_normalize).failed == 0
+    assert doctest.testmod(_math_forms).failed == 0
 
 
 # ----- the TRL reward-function contract -----
@@ -240,6 +242,47 @@ def test_unanchored_fallback_is_opt_in():
 def test_format_reward(text, ok):
     assert math_format_reward([text]) == [FORMAT_REWARD_WEIGHT if ok else 0.0]
     assert math_format_reward([[{"role": "assistant", "content": text}]]) == [FORMAT_REWARD_WEIGHT if ok else 0.0]
+
+
+PLACEHOLDERS = [
+    "number",
+    "answer",
+    "your answer",
+    "",
+    "...",
+    "\\ldots",
+    "\\text{answer}",
+    "?",
+    "\\text{your final answer}",
+]
+PLACEHOLDER_ANCHORS = [
+    "$\\boxed{{{}}}$",
+    "<answer>{}</answer>",
+    "Answer: {}",
+    "**Final Answer:** ${}$",
+    "#### {}",
+    "The final answer is {}.",
+]
+
+
+@pytest.mark.parametrize("anchor", PLACEHOLDER_ANCHORS)
+@pytest.mark.parametrize("placeholder", PLACEHOLDERS)
+def test_format_rewards_pay_nothing_for_a_placeholder(anchor, placeholder):
+    # A policy learnt to write a literal `\boxed{number}` for the format bonus: only an answer that could be a value
+    # (a digit, a math symbol, a lone variable or choice letter) is an answer.
+    answer = anchor.format(placeholder)
+    fmt = make_math_format_reward(require_think=False)
+    assert fmt([answer]) == [0.0]
+    assert math_format_reward([f"<think>Some work.</think>\n{answer}"]) == [0.0]
+    assert reward_funcs.math_answer_format_reward([answer]) == [0.0]
+
+
+@pytest.mark.parametrize(
+    "value", ["4", "x", "C", "(C)", "\\frac{1}{2}", "5 \\text{ cm}", "\\infty", "\\emptyset", "x = 3", "-\\pi"]
+)
+def test_format_rewards_still_pay_for_a_value(value):
+    for anchor in PLACEHOLDER_ANCHORS[:4]:
+        assert reward_funcs.math_answer_format_reward([anchor.format(value)]) == [FORMAT_REWARD_WEIGHT], anchor
 
 
 def test_format_cannot_outweigh_correctness():

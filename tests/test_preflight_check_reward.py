@@ -79,6 +79,26 @@ def test_library_math_reward_has_no_false_positive_beyond_the_known_holes():
     assert sum(row.exceptions + row.timeouts for row in table.values()) == 0
 
 
+def test_format_rewards_pay_nothing_in_the_format_only_category():
+    import dataclasses
+
+    from reward_funcs import math_answer_format_reward, math_format_reward
+
+    # A lone variable in a box could be a value, so format rewards pay for it; every other case has no answer.
+    cases = [c for c in math_cases(GOLDS[:2]) if c.category == "format_only" and c.name != "variable in box"]
+    names = {c.name for c in cases}
+    assert {
+        "placeholder \\boxed{number}",
+        "placeholder Answer: line",
+        "placeholder <answer> tag",
+        "ellipsis in box",
+    } <= names
+    thought = [dataclasses.replace(c, completion=f"<think>Work.</think>\n{c.completion}") for c in cases]
+    for reward, battery in ((math_answer_format_reward, cases), (math_format_reward, thought)):
+        table = summarize(run_cases(reward, battery, _rows(GOLDS[:2]), chat=True), threshold=0.01)
+        assert table["format_only"].false_positives == 0, reward.__name__
+
+
 def test_trl_accuracy_reward_false_positives_are_found():
     pytest.importorskip("math_verify")
     from trl.rewards import accuracy_reward

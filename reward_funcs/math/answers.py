@@ -22,13 +22,12 @@ import math
 import os
 import threading
 from collections import OrderedDict, defaultdict
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from functools import lru_cache
+from collections.abc import Sequence
 
 from ..inputs import completion_text, require_column
 from . import extract as _ex
-from . import normalize as _nz
+from . import forms as _fm
+from .compare import _compare, _gold_atoms, _Oracle, _prepare, _prepare_gold, _Prepared
 from .pool import _Task, _WorkerPool
 
 FORMAT_REWARD_WEIGHT = 0.1
@@ -83,151 +82,6 @@ def close_math_workers() -> None:
 atexit.register(close_math_workers)
 
 
-# ----------------------------------------------------------------------------------------------------------------------
-# Prepared answers (gold prepared once per distinct gold string, i.e. once per group)
-
-
-@dataclass(frozen=True)
-class _Prepared:
-    canon: str
-    values: tuple[str, ...]  # the stated values (several for lists, `\pm` anywhere, "or", several boxes)
-
-
-@lru_cache(maxsize=65536)
-def _prepare(answer: str | None) -> _Prepared | None:
-    canon = _nz.canonical(answer)
-    if canon is None:
-        return None
-    values = _nz.split_values(canon)
-    if not values:
-        return None
-    return _Prepared(canon, _distinct(values))
-
-
-def _distinct(values: list[str]) -> tuple[str, ...]:
-    """The values without repeats that are equal as written or as exact numbers: `5, i.e. 5.0` states one value,
-    not a hedge (the same value in two forms that only sympy can equate still counts as two)."""
-    out, seen = [], set()
-    for v in values:
-        key = _exact(v)
-        if key is None:
-            key = _structure(v)
-        if key is None:
-            key = _nz.compact(v)
-        if key not in seen:
-            seen.add(key)
-            out.append(v)
-    return tuple(out)
-
-
-@lru_cache(maxsize=65536)
-def _prepare_gold(solution: str | None) -> _Prepared | None:
-    if solution is None:
-        return None
-    return _prepare(_ex.gold_answer(str(solution)))
-
-
-@lru_cache(maxsize=65536)
-def _exact(s: str):
-    return _nz.exact_value(s)
-
-
-@lru_cache(maxsize=65536)
-def _structure(s: str):
-    return _nz.exact_structure(s)
-
-
-@lru_cache(maxsize=65536)
-def _sides(value: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    names, values = _nz.equation_sides(value)
-    return tuple(_nz.compact(n) for n in names), tuple(values)
-
-
-def _gold_atoms(g: _Prepared) -> set[str]:
-    """Gold strings the symbolic worker must be able to parse (plain numbers never need it)."""
-    atoms = set()
-    for v in g.values:
-        names, vals = _sides(v)
-        targets = [v] if len(vals) != 1 else list(vals)
-        atoms.update(t for t in targets if _exact(t) is None and _structure(t) is None)
-    return atoms
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# Comparison: a pure function of the two prepared answers and an oracle for atomic (pred value, gold value) pairs.
-
-
-class _Oracle:
-    """Answers atom comparisons from cheap checks or known verdicts; records the ones the workers must decide."""
-
-    def __init__(self, known: dict) -> None:
-        self.known = known
-        self.needed: set[tuple[str, str]] = set()
-
-    def __call__(self, p: str, g: str) -> bool:
-        if _nz.compact(p) == _nz.compact(g):
-            return True
-        pe, ge = _exact(p), _exact(g)
-        if pe is not None and ge is not None:
-            return pe == ge
-        ps, gs = _structure(p), _structure(g)
-        if ps is not None and gs is not None:  # intervals / tuples of plain numbers: no sympy needed either
-            return ps == gs
-        key = (p, g)
-        v = self.known.get(key)
-        if v is None:
-            v = _VERDICTS.get(key)
-        if v is None:
-            self.needed.add(key)
-            return False
-        return v
-
-
-def _compare(p: _Prepared, g: _Prepared, atom: Callable[[str, str], bool]) -> bool:
-    if _nz.compact(p.canon) == _nz.compact(g.canon):
-        return True
-    if len(p.values) != len(g.values):
-        return False  # hedge: several candidates against fewer gold values (or the other way round)
-    if len(g.values) == 1:
-        return _value_match(p.values[0], g.values[0], atom)
-    # Unordered lists: every predicted value matches a distinct gold value.
-    table = [[_value_match(pv, gv, atom) for gv in g.values] for pv in p.values]
-    return _perfect_matching(table)
-
-
-def _value_match(p: str, g: str, atom: Callable[[str, str], bool]) -> bool:
-    if _nz.compact(p) == _nz.compact(g):
-        return True
-    p_names, p_vals = _sides(p)
-    g_names, g_vals = _sides(g)
-    if len(g_vals) != 1:
-        # The gold is a genuine equation (or only names): compare whole equations, the prediction must be one too.
-        return len(p_vals) + len(p_names) > 1 and atom(p, g)
-    if g_names and p_names and not set(p_names) & set(g_names):
-        return False  # `y = ...` against gold `x = ...`
-    if not p_vals:
-        return False
-    # Every side that is not a bare name must equal the gold: `7 = 5` against 5 is a hedge, `x = 5` is fine.
-    verdicts = [atom(v, g_vals[0]) for v in p_vals]  # no short-circuit: collect all atoms in one round
-    return all(verdicts)
-
-
-def _perfect_matching(table: list[list[bool]]) -> bool:
-    n = len(table)
-    match_of_gold = [-1] * n
-
-    def augment(i: int, seen: list[bool]) -> bool:
-        for j in range(n):
-            if table[i][j] and not seen[j]:
-                seen[j] = True
-                if match_of_gold[j] < 0 or augment(match_of_gold[j], seen):
-                    match_of_gold[j] = i
-                    return True
-        return False
-
-    return all(augment(i, [False] * n) for i in range(n))
-
-
 class _VerdictCache:
     """Bounded LRU of worker verdicts (timeouts are never cached: the next try may be luckier)."""
 
@@ -256,9 +110,15 @@ _GOLD_STATUS = _VerdictCache(_VERDICT_CACHE_SIZE)  # gold atom -> parses with sy
 
 
 def _score_pairs(
-    pairs: Sequence[tuple[_Prepared | None, _Prepared | None]], timeout_s: float, workers: int, mem_mb: int
+    pairs: Sequence[tuple[_Prepared | None, _Prepared | None]],
+    timeout_s: float,
+    workers: int,
+    mem_mb: int,
+    prompts: Sequence[str] | None = None,
 ) -> list[bool | None]:
-    """Verdict per (pred, gold) pair: True / False, None when the gold cannot be parsed."""
+    """Verdict per (pred, gold) pair: True / False, None when the gold cannot be parsed (`prompts`: each pair's
+    question in `echo_form`, or None)."""
+    prompts = prompts or [""] * len(pairs)
     golds = {g for _, g in pairs if g is not None}
     gold_atoms = {g: _gold_atoms(g) for g in golds}
     known: dict[tuple[str, str], bool] = {}
@@ -271,10 +131,10 @@ def _score_pairs(
 
     verdicts: list[bool] = [False] * len(pairs)
     for _ in range(_MAX_ROUNDS):
-        oracle = _Oracle(known)
+        oracle = _Oracle(known, _VERDICTS)
         for i, (p, g) in enumerate(pairs):
             if p is not None and g is not None:
-                verdicts[i] = _compare(p, g, oracle)
+                verdicts[i] = _compare(p, g, oracle, prompts[i])
         unknown_golds = {a for atoms in gold_atoms.values() for a in atoms if a not in status}
         if not oracle.needed and not unknown_golds:
             break
@@ -402,11 +262,20 @@ class MathReward:
             (_prepare(a) if a is not None else None, _prepare_gold(None if g is None else str(g)))
             for a, g in zip(answers, golds, strict=True)
         ]
-        verdicts = _score_pairs(pairs, self.timeout_s, self.workers, self.memory_limit_mb)
+        prompts = kwargs.get("prompts")
+        prompts = [_prompt_text(p) for p in prompts] if prompts is not None and len(prompts) == len(pairs) else None
+        verdicts = _score_pairs(pairs, self.timeout_s, self.workers, self.memory_limit_mb, prompts)
         log_extra = kwargs.get("log_extra")
         if callable(log_extra):
             log_extra("math_answer", ["" if a is None else a for a in answers])
         return [None if v is None else float(v) for v in verdicts]
+
+
+def _prompt_text(prompt) -> str:
+    """Every message of a prompt (a string or TRL's conversational list), in `echo_form`."""
+    if isinstance(prompt, (list, tuple)):
+        prompt = "\n".join(completion_text(m) for m in prompt if isinstance(m, dict))
+    return _fm.echo_form(prompt) if isinstance(prompt, str) else ""
 
 
 def _gold_column(kwargs: dict, name: str) -> list:
@@ -479,7 +348,8 @@ class MathFormatReward:
             if after is None:
                 return False
         found, answer = _ex.find_anchor(after)
-        return found and answer is not None
+        # Only an answer that could be a value: a policy learnt to write a literal `\\boxed{number}` for the bonus.
+        return found and _fm.could_be_value(answer)
 
 
 def make_math_format_reward(

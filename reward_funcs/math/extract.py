@@ -31,6 +31,7 @@ _SENTENCE_END = re.compile(r"[.!?](?=\s|$)|\n")
 _GAP_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")
 # "the answer is 5, since 2+3=5": the justification after the value is not part of the answer.
 _JUSTIFICATION = re.compile(r"(?i),?\s+(?:since|because|as|which|so|where|given|when|thus|hence|therefore)\b")
+_QUOTED = re.compile(r'^(?:\\?"|“)(.*?)(?:\\?"|”)$', re.S)
 _UNANCHORED_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?")
 _MAX_SENTENCE = 5000
 _MAX_BOX_CHAIN = 8
@@ -175,7 +176,7 @@ def _last_regex_anchor(text: str, pattern: re.Pattern, kind: str, need_mathlike:
         if kind == "phrase":
             content = _FILLER.sub("", content.lstrip())
         content = _cut_justification(content)
-        if need_mathlike and not _MATHLIKE_START.match(content.strip()):
+        if need_mathlike and not _MATHLIKE_START.match(content.strip().lstrip('"“')):
             continue
         if not content.strip():
             continue
@@ -183,7 +184,7 @@ def _last_regex_anchor(text: str, pattern: re.Pattern, kind: str, need_mathlike:
     return None
 
 
-def _last_tag(text: str, lower: str) -> _Anchor | None:
+def _last_tag(text: str, lower: str, gold: bool = False) -> _Anchor | None:
     i = lower.rfind("<answer>")
     if i < 0:
         return None
@@ -193,12 +194,13 @@ def _last_tag(text: str, lower: str) -> _Anchor | None:
     inner = text[i + len("<answer>") : j]
     # An answer tag holding boxes: its own last box is the answer (with the same hedge check).
     if _last_box(inner) is not None:
-        return _Anchor(i, j + len("</answer>"), _box_answer(inner, _last_box(inner)), "tag")
+        return _Anchor(i, j + len("</answer>"), _box_answer(inner, _last_box(inner), gold), "tag")
     return _Anchor(i, j + len("</answer>"), inner, "tag")
 
 
-def _box_gap(gap: str) -> tuple[bool, str]:
-    """(joins the boxes into one hedged answer, separator to write between them) for the text between two boxes.
+def _box_gap(gap: str) -> tuple[bool, str, bool]:
+    """(joins the boxes into one hedged answer, separator to write between them, unlinked) for the text between two
+    boxes; unlinked: words outside `\\text{...}` and no connective or comma (`\\boxed{1} no no \\boxed{2}`).
 
     Boxes are one answer unless the text between them starts a new sentence with words in it ("\\boxed{17}. Wait,
     I made an error: \\boxed{18}" is a self-correction) or holds another anchor (`<answer>`, "Answer:", "the answer
@@ -218,19 +220,26 @@ def _box_gap(gap: str) -> tuple[bool, str]:
     parts.append(gap[pos:])
     rest = _MATH_DELIMS.sub(" ", _GAP_SPACING.sub(" ", "".join(parts)))
     if _SENTENCE_END.search(rest) and _GAP_WORD.search(rest):
-        return False, ""
+        return False, "", False
     lower = rest.lower()
     if "####" in rest or "<answer>" in lower or "</answer>" in lower or _LINE_ANCHOR.search(rest):
-        return False, ""  # another anchor in between: each is read on its own
+        return False, "", False  # another anchor in between: each is read on its own
     if _PHRASE_ANCHOR.search(rest):
-        return False, ""
+        return False, "", False
     compact = "".join(rest.split())
     sep = f" {compact} " if _CONNECTIVE.match(compact) else ", "
-    return True, sep
+    words = [w.lower() for w in _GAP_WORD.findall(rest)]
+    linked = "," in rest or ";" in rest or "or" in words or "and" in words
+    return True, sep, bool(words) and not linked
 
 
-def _box_answer(text: str, last: _Anchor) -> str | None:
-    """Content of the last box; boxes joined to it in the same sentence (see `_box_gap`) are a hedge: keep all."""
+def _box_answer(text: str, last: _Anchor, gold: bool = False) -> str | None:
+    """Content of the last box; boxes joined to it in the same sentence (see `_box_gap`) are a hedge: keep all.
+
+    In a gold, words without a connective between two boxes of one sentence (`\\boxed{1} no no \\boxed{2}`) may be a
+    correction or two answers: no reading is safe to grade against, so the gold has no answer (None). Linked boxes
+    (`\\boxed{1} papers and \\boxed{2} bins`) are one answer of two values, as in Math-Verify's own tests.
+    """
     if last.content is None:
         return None
     parts = [last.content]
@@ -241,12 +250,14 @@ def _box_answer(text: str, last: _Anchor) -> str | None:
             break
         if cur.start - prev.end > _MAX_SENTENCE:
             break
-        joined, sep = _box_gap(text[prev.end : cur.start])
+        joined, sep, unlinked = _box_gap(text[prev.end : cur.start])
         if not joined:
             break
         cur = prev
         if "".join(prev.content.split()) in {"".join(p.split()) for p in parts[::2]}:
             continue  # the same answer boxed twice is not a hedge
+        if gold and unlinked:
+            return None
         parts.insert(0, sep)
         parts.insert(0, prev.content)
     return "".join(parts)
@@ -270,23 +281,26 @@ def _unwrap_boxes(s: str) -> str:
 
 
 def clean_answer(s: str | None) -> str | None:
-    """Strip math delimiters, markdown emphasis and trailing punctuation; None if nothing is left."""
+    """Strip math delimiters, markdown emphasis, quotes around the whole answer and trailing punctuation; None if
+    nothing is left."""
     if s is None:
         return None
     s = s.replace("\\$", "\x00")  # keep escaped dollars (currency) through delimiter removal
     s = _MATH_DELIMS.sub(" ", s).replace("\x00", "\\$")
     s = s.replace("**", "").replace("__", "")
     s = s.strip().rstrip(".,;:!?").strip()
+    s = _QUOTED.sub(r"\1", s).strip().rstrip(".,;:!?").strip()  # `The final answer is "12 and 13".`
     s = " ".join(s.split())
     return s or None
 
 
-def find_anchor(text: str) -> tuple[bool, str | None]:
-    """(anchor found, final answer or None) for text that has already had its reasoning removed."""
+def find_anchor(text: str, gold: bool = False) -> tuple[bool, str | None]:
+    """(anchor found, final answer or None) for text that has already had its reasoning removed (`gold`: the text is
+    a gold solution, see `_box_answer`)."""
     lower = text.lower()
     candidates = [
         _last_box(text),
-        _last_tag(text, lower) if "<answer>" in lower else None,
+        _last_tag(text, lower, gold) if "<answer>" in lower else None,
         _last_regex_anchor(text, _LINE_ANCHOR, "line", need_mathlike=False) if "answer" in lower else None,
         _last_regex_anchor(text, _PHRASE_ANCHOR, "phrase", need_mathlike=True) if "answer" in lower else None,
         _last_regex_anchor(text, _GSM8K_ANCHOR, "gsm8k", need_mathlike=True) if "####" in text else None,
@@ -302,7 +316,7 @@ def find_anchor(text: str) -> tuple[bool, str | None]:
         if containers and last.content is not None:
             inner = max(containers, key=lambda a: a.start)
             return True, clean_answer(_unwrap_boxes(inner.content))
-        return True, clean_answer(_box_answer(text, last))
+        return True, clean_answer(_box_answer(text, last, gold))
     if last.content is None:
         return True, None
     return True, clean_answer(_unwrap_boxes(last.content))
@@ -320,6 +334,7 @@ def extract_answer(text: str, unanchored_fallback: bool = False) -> str | None:
     return numbers[-1].rstrip(",") if numbers else None
 
 
+_ONE_TEXT = re.compile(r"^\\(?:text|textbf|textrm|mbox)\s*\{[^{}$]*\}$")
 _PROSE_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{3,}\b")
 
 
@@ -330,9 +345,12 @@ def gold_answer(solution: str) -> str | None:
     than a sentence that sympy would happily turn into a product of symbols.
     """
     text = str(solution)
-    found, answer = find_anchor(text)
+    found, answer = find_anchor(text, gold=True)
     if found:
         return answer
+    answer = clean_answer(text)
+    if answer is not None and _ONE_TEXT.match(answer):
+        return answer  # `$\\text{The midpoints form a regular hexagon}$`: a text answer, compared as text
     if len(_PROSE_WORD.findall(_MATH_DELIMS.sub(" ", text))) >= 4:
         return None
-    return clean_answer(text)
+    return answer

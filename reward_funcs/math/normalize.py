@@ -14,8 +14,9 @@ from fractions import Fraction
 MAX_ANSWER_CHARS = 1000
 _MAX_VALUES = 32
 
-# A `\\` matrix row break is matched first so its second backslash is never read as a spacing command.
-_SPACING = re.compile(r"\\\\|\\[!,;:> ]|~|\\(?:quad|qquad)(?![A-Za-z])")
+# A `\\` matrix row break is matched first so its second backslash is never read as a spacing command. `\quadx`
+# (no space before a one-letter name, as in `x_{1}=2,\quadx_{2}=5`) is no TeX command: it is `\quad x`.
+_SPACING = re.compile(r"\\\\|\\[!,;:> ]|~|\\(?:qquad|quad)(?![A-Za-z]{2})")
 _DROP = re.compile(r"\\(?:left|right|displaystyle|textstyle|big|Big|bigg|Bigg)(?![A-Za-z])")
 _FRAC_ALIASES = re.compile(r"\\[dt]frac(?![A-Za-z])")
 _TEXT_CMD = re.compile(r"\\(?:text|textbf|textit|textrm|textnormal|mathrm|mathbf|mathit|mbox|operatorname)\s*\{")
@@ -25,9 +26,10 @@ _UNIT_TEXT_TAIL = re.compile(
 _DEGREE_NUMBER = re.compile(
     r"^(?P<num>[-+]?(?:\d[\d,]*(?:\.\d+)?|\.\d+))\s*(?:\^\s*\{?\s*\\circ\s*\}?|°|\\degree)\s*(?:[CF])?$"
 )
-_PERCENT = re.compile(r"\\?%|\s*\bpercent(?:age)?\b")
+_PERCENT = re.compile(r"\\?%|\s*\b(?:percent(?:age)?|pct)\b")
 _CURRENCY = re.compile(r"\\\$|\$|€|£|¥|₹|\\euro(?![A-Za-z])|\\pounds(?![A-Za-z])|\bUSD\b|\bEUR\b")
-_THOUSANDS = re.compile(r"^[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
+# A first group of 0 (`0,111`) is a decimal comma or a list, never thousands.
+_THOUSANDS = re.compile(r"^[+-]?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?$")
 # MATH writes thousands as `10{,}000` or `10,\!000` (also with a space after `\!`): one number, not a list.
 _LATEX_THOUSANDS = re.compile(r"(?<=\d)(?:\{,\}|,\s*\\!)\s*(?=\d{3}(?!\d))")
 _THIN_THOUSANDS = re.compile(r"(?<=\d)\\,(?=\d{3}(?!\d))")
@@ -80,16 +82,23 @@ def _is_name_atom(c: str) -> bool:
 
 
 def is_name(side: str) -> bool:
-    """Whether one side of an equation only names what is asked: `x`, `f(2)`, `(p,q)`, `|AB|`, `S_{ABC}:S`.
+    """Whether one side of an equation only names what is asked: `x`, `f(2)`, `(p,q)`, `|AB|`, `S_{ABC}:S`,
+    `\\frac{AB}{CD}` (a ratio of names, like `AB/CD`).
 
     >>> is_name("(p, q)"), is_name("|AB|"), is_name("S_{ABC}:S"), is_name("x+y"), is_name("(3, 2)")
     (True, True, True, False, False)
+    >>> is_name(r"\\frac{AB}{CD}"), is_name(r"\\frac{x+1}{2}"), is_name(r"\\frac{a}{2}")
+    (True, False, False)
     """
     c = compact(side)
     if not c or c in _CONSTANTS:
         return False
     if _is_name_atom(c):
         return True
+    if c.startswith("\\frac{"):
+        num = _tex_argument(c, len("\\frac"))
+        den = _tex_argument(c, num[1]) if num else None
+        return den is not None and den[1] == len(c) and _is_name_atom(num[0]) and _is_name_atom(den[0])
     if len(c) > 2 and c[0] in "([" and c[-1] in ")]":  # a tuple of names
         items = _top_level_splits(c[1:-1], re.compile(","))
         return len(items) > 1 and all(_is_name_atom(x) for x in items)
@@ -260,7 +269,10 @@ def _top_level_splits(s: str, seps: re.Pattern) -> list[str]:
     return parts
 
 
-_SEPARATORS = re.compile(r",|;|\s+(?:or|and)\s+|\\(?:lor|vee)(?![A-Za-z])|\\text\{\s*(?:or|and)\s*\}")
+# `(4,9)or(9,4)`: a connective between two bracketed values needs no spaces around it.
+_SEPARATORS = re.compile(
+    r",|;|\s+(?:or|and)\s+|(?<=[)\]])\s*(?:or|and)\s*(?=[(\[])|\\(?:lor|vee)(?![A-Za-z])|\\text\{\s*(?:or|and)\s*\}"
+)
 
 
 _PLUS = re.compile(r"\\pm(?![A-Za-z])|±")

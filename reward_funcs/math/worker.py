@@ -154,6 +154,9 @@ class _Comparator:
     def _agree(self, a, b):
         """False when a and b are provably different numbers (or structures of numbers); None when unsure."""
         sp = self.sympy
+        as_sets = self._relation_agree(a, b)
+        if as_sets is not None:
+            return as_sets
         if isinstance(a, sp.MatrixBase) and isinstance(b, sp.MatrixBase):
             if a.shape != b.shape:
                 return False
@@ -179,6 +182,71 @@ class _Comparator:
         if isinstance(a, sp.Expr) and isinstance(b, sp.Expr) and not a.is_Relational and not b.is_Relational:
             return self._expr_agree(a, b)
         return None
+
+    # ----- relations in solved form are sets: `-1 \le y \le 4`, `y \in [-1, 4]` and `[-1, 4]` -----
+
+    def _relation_agree(self, a, b):
+        """Compare as sets, exactly, when at least one side is a relation and both are sets of numbers. Only a solved
+        form is read as a set (a lone variable against bounds free of variables): the question's own inequality
+        (`x^2 < 4`) is not its solution, which is why Math-Verify compares relations with sets one way only (README,
+        "allow_set_relation_comp"). Math-Verify still handles every other pair."""
+        sa, sb = self._as_set(a), self._as_set(b)
+        if sa is None or sb is None or (sa[0] is None and sb[0] is None):
+            return None
+        if sa[0] is not None and sb[0] is not None and sa[0] != sb[0]:
+            return False  # `y \ge 5` is not `x \ge 5`
+        return self._sets_equal(sa[1], sb[1])
+
+    def _as_set(self, e):
+        """(variable or None, its set of values) for an interval, a union, `x \\in S` or a relation in solved form;
+        None for anything else."""
+        sp = self.sympy
+        if isinstance(e, (sp.Interval, sp.Union)):
+            return None if e.free_symbols else (None, e)
+        if isinstance(e, sp.Equality) and isinstance(e.lhs, sp.Symbol) and isinstance(e.rhs, (sp.Interval, sp.Union)):
+            return None if e.rhs.free_symbols else (e.lhs, e.rhs)
+        var, sets = None, []
+        for r in e.args if isinstance(e, sp.And) else [e]:
+            solved = self._solved(r)
+            if solved is None or (var is not None and solved[0] != var):
+                return None
+            var = solved[0]
+            sets.append(solved[1])
+        return var, sp.Intersection(*sets)
+
+    def _solved(self, r):
+        """`x > a`, `a \\le x`, `x \\ne a` with `a` a real number or an infinity: (x, the interval or union)."""
+        sp = self.sympy
+        flip = {sp.StrictLessThan: sp.StrictGreaterThan, sp.LessThan: sp.GreaterThan, sp.Unequality: sp.Unequality}
+        flip.update({v: k for k, v in flip.items()})
+        if type(r) not in flip:
+            return None
+        var, bound, rel = r.lhs, r.rhs, type(r)
+        if not isinstance(var, sp.Symbol):
+            var, bound, rel = bound, var, flip[rel]  # `5 \le x` is `x \ge 5`
+        if not isinstance(var, sp.Symbol) or bound.free_symbols or bound.is_extended_real is not True:
+            return None
+        oo = sp.oo
+        if rel is sp.Unequality:
+            return var, sp.Union(sp.Interval(-oo, bound, True, True), sp.Interval(bound, oo, True, True))
+        if rel in (sp.StrictGreaterThan, sp.GreaterThan):
+            return var, sp.Interval(bound, oo, rel is sp.StrictGreaterThan, True)
+        return var, sp.Interval(-oo, bound, True, rel is sp.StrictLessThan)
+
+    def _sets_equal(self, a, b) -> bool:
+        sp = self.sympy
+        if a == b:
+            return True
+        if isinstance(a, sp.Interval) and isinstance(b, sp.Interval):
+            same_ends = (a.left_open, a.right_open) == (b.left_open, b.right_open)
+            return same_ends and all(self._expr_agree(x, y) is True for x, y in ((a.start, b.start), (a.end, b.end)))
+        if isinstance(a, sp.Union) and isinstance(b, sp.Union) and len(a.args) == len(b.args):
+            try:
+                pieces = [sorted(s.args, key=lambda i: (float(i.inf), float(i.sup))) for s in (a, b)]
+            except (TypeError, ValueError):
+                return False
+            return all(self._sets_equal(x, y) for x, y in zip(*pieces, strict=True))
+        return False
 
     def _all_agree(self, xs, ys):
         verdicts = [self._agree(x, y) for x, y in zip(xs, ys, strict=True)]

@@ -11,7 +11,8 @@ should reward it (``should_pass``). Categories, in table order:
   does), so these are reported but do not gate;
 * ``hedge``: two or more answers, one of them the gold (several boxes, "or", lists, ``\\pm``);
 * ``mentioned``: the gold appears in the text, but the final answer is another number;
-* ``format_only``: the answer format without substance (empty box, placeholder text);
+* ``format_only``: the answer format without substance (empty box, placeholder text such as ``\\boxed{number}``
+  in each anchor, an ellipsis);
 * ``degenerate``: empty, whitespace, huge, unicode (control characters, a lone surrogate);
 * ``injection``: text addressed to the grader, code and LaTeX file inclusion inside the answer;
 * ``unfinished``: the gold only inside reasoning that never finishes (unclosed ``<think>``, unclosed box) or only
@@ -43,7 +44,7 @@ CATEGORIES: dict[str, str] = {
     "units": "the gold's number with a wrong unit or a percent sign (reported, does not gate)",
     "hedge": "two or more answers, one of them the gold",
     "mentioned": "the gold appears in the text, the final answer is wrong",
-    "format_only": "the answer format without substance",
+    "format_only": "the answer format without substance (empty, placeholders like \\boxed{number})",
     "degenerate": "empty, whitespace, huge and unicode completions",
     "injection": "text addressed to the grader; code or file inclusion in the answer",
     "unfinished": "the gold only inside unfinished (or unfinished-looking) reasoning",
@@ -210,6 +211,14 @@ _MATH_TEMPLATES: tuple[tuple[str, str, str, object], ...] = (
     ("format_only", "empty answer tag", "<answer></answer>", None),
     ("format_only", "bare anchor", "#### ", None),
     ("format_only", "variable in box", "The answer is $\\boxed{{x}}$.", None),
+    # Placeholders a policy learnt to write for a format bonus (a literal `\\boxed{number}`), in every anchor.
+    ("format_only", "placeholder \\boxed{number}", "The answer is $\\boxed{{number}}$.", None),
+    ("format_only", "placeholder \\boxed{your answer}", "The final answer is $\\boxed{{your answer}}$.", None),
+    ("format_only", "ellipsis in box", "So the answer is $\\boxed{{\\ldots}}$.", None),
+    ("format_only", "dots in box", "$\\boxed{{...}}$", None),
+    ("format_only", "placeholder Answer: line", "We are done.\nAnswer: number", None),
+    ("format_only", "placeholder <answer> tag", "<answer>your answer</answer>", None),
+    ("format_only", "placeholder #### line", "We are done.\n#### answer", None),
     ("format_only", "think then nothing", "<think>Let me think about this.</think>", None),
     ("degenerate", "empty", "", None),
     ("degenerate", "whitespace", " \n\t ", None),

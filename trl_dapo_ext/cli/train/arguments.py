@@ -33,8 +33,8 @@ REWARD_FUNCS: dict[str, Callable[[], Any]] = {
     )
 }
 """Reward functions `reward_funcs:` can name. `math_format_reward` wants ``<think>...</think>`` then an anchored
-answer; `math_answer_format_reward` only the anchored answer; `code_reward_partial` gives the fraction of tests
-passed instead of 0/1."""
+answer; `math_answer_format_reward` only the anchored answer (both only for an answer that could be a value, never
+a placeholder such as ``\\boxed{number}``); `code_reward_partial` gives the fraction of tests passed instead of 0/1."""
 
 
 class TrainError(ValueError):
