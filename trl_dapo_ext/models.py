@@ -273,7 +273,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 1
     info = json.loads((folder / MARKER).read_text())
-    print(f"converted in {info['conversion_seconds']} s with transformers {info['transformers']}", file=sys.stderr)
+    print(
+        f"{SMOLLM2.requirement} (sha256 {info['sha256'][:12]}), converted in {info['conversion_seconds']} s with "
+        f"transformers {info['transformers']}:",
+        file=sys.stderr,
+    )
     print(folder)
     return 0
 
