@@ -154,3 +154,14 @@ def test_the_pinned_wheel_and_its_cache_name():
     assert models.cache_folder_name(models.SMOLLM2, transformers_major=4) != models.cache_folder_name(
         models.SMOLLM2, transformers_major=5
     )
+
+
+def test_link_points_at_the_folder_and_never_replaces_a_real_one(tmp_path):
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir(), second.mkdir()
+    link = tmp_path / "runs" / "smollm2"
+    models.link_to(first, link)
+    models.link_to(second, link)  # an older link is replaced
+    assert link.resolve() == second.resolve()
+    with pytest.raises(models.ModelFetchError, match="not a symbolic link"):
+        models.link_to(first, second)

