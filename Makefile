@@ -65,7 +65,8 @@ smollm2: setup
 	$(PY) -m trl_dapo_ext.models
 
 # The real-model lane: DAPOTrainer + LoRA on SmolLM2 with its own chat template, <|im_end|>, dynamic sampling,
-# overlong shaping, the math rewards, checkpoint and resume (tests_real_model/; about 2.5 minutes on 2 cores).
+# overlong shaping, the math rewards, checkpoint and resume, and the GSM8K notebook's tiny mode with SmolLM2
+# (tests_real_model/; about 4 minutes on 2 cores).
 test-real-model: smollm2
 	$(PY) -m pytest -q -p no:cacheprovider tests_real_model
 

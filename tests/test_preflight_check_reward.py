@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -40,7 +41,8 @@ def _false_positive_names(results):
 
 def test_battery_covers_every_category_and_the_near_misses_are_wrong():
     cases = math_cases(GOLDS)
-    assert {c.category for c in cases} == set(CATEGORIES) - {"code_cheat"}
+    # code_cheat is the code battery's; model_right / model_wrong hold labelled completions (--completions)
+    assert {c.category for c in cases} == set(CATEGORIES) - {"code_cheat", "model_right", "model_wrong"}
     assert all(c.category == "correct" for c in cases if c.should_pass)
     assert gold_text(GOLDS[5]) == "7"
     for gold in ("42", "-3", "3.5", "\\frac{1}{2}", "1,000", "0"):
@@ -215,6 +217,9 @@ def test_cli_exit_status_gates_and_json(tmp_path, monkeypatch, capsys):
         (["math_reward", "--dataset", "{data}", "--rows", "0"], "--rows must be >= 1"),
         (["math_reward", "--dataset", "{data}", "--timeout", "0"], "--timeout must be positive"),
         (["nomodule_xyz:f", "--dataset", "{data}"], "cannot import reward function"),
+        (["math_reward"], "give --dataset (the battery from its golds) or --completions"),
+        (["math_reward", "--dataset", "{data}", "--completions", "{data}"], "give --dataset"),
+        (["math_reward", "--completions", "{data}"], "rows lack ['completion', 'label']"),
     ],
 )
 def test_cli_bad_input_is_one_line_and_status_2(tmp_path, capsys, argv, message):
@@ -232,3 +237,53 @@ def test_help_lists_the_three_preflight_commands(capsys):
     with pytest.raises(SystemExit):
         check_reward.main(["--help"])
     assert "false positive" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# --completions: completions a model wrote, labelled by hand
+# ---------------------------------------------------------------------------------------------------------------
+
+SMOLLM2_COMPLETIONS = Path(__file__).parent / "data" / "smollm2_completions.jsonl"
+
+
+def _write_labelled(tmp_path, rows):
+    path = tmp_path / "labelled.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def test_labelled_completions_count_false_negatives_by_format_and_gate_on_false_positives(
+    tmp_path, capsys, monkeypatch
+):
+    data = _write_labelled(
+        tmp_path,
+        [
+            {"completion": "So the answer is $\\boxed{7}$.", "answer": "7", "label": "right", "format": "boxed"},
+            {"completion": "3 + 4 = 7", "answer": "7", "label": "right", "format": "equals"},
+            {"completion": "The total is \\boxed{8}.", "answer": "7", "label": "wrong", "format": "boxed"},
+        ],
+    )
+    assert check_reward.main(["math_reward", "--completions", str(data)]) == 0
+    out = capsys.readouterr().out
+    assert "| model_right | 2 |" in out and "(passed 50%)" in out and "| model_wrong | 1 |" in out
+    assert "false negative, model_right / equals: 1/1 scored low, e.g. '3 + 4 = 7'" in out
+    assert "false negative, model_right / boxed" not in out and "verdict: pass" in out
+    # A reward that pays for the gold anywhere rewards the wrong completion only if it mentions the gold: add one.
+    rows = [json.loads(line) for line in data.read_text().splitlines()]
+    rows.append({"completion": "Not 7: the answer is \\boxed{9}.", "answer": "7", "label": "wrong", "format": "boxed"})
+    (tmp_path / "weak.py").write_text(
+        "def substring(completions, answer, **kwargs):\n"
+        "    return [float(str(a) in c) for c, a in zip(completions, answer)]\n"
+    )
+    monkeypatch.chdir(tmp_path)  # modules in the working directory are importable, as for a user
+    assert check_reward.main(["weak:substring", "--completions", str(_write_labelled(tmp_path, rows))]) == 1
+    assert "DANGER: false positive, model_wrong / boxed: 1/2 rows rewarded" in capsys.readouterr().out
+
+
+def test_smollm2_completions_have_no_false_positive_under_math_reward(capsys):
+    """200 completions SmolLM2-135M-Instruct wrote (tests/data/make_smollm2_completions.py), labelled by hand: the
+    library reward pays for no wrong one. Its false negatives per format are printed (docs/math-grading.md)."""
+    rows = [json.loads(line) for line in SMOLLM2_COMPLETIONS.read_text().splitlines()]
+    assert len(rows) == 200 and {row["label"] for row in rows} == {"right", "wrong"}
+    assert check_reward.main(["math_reward", "--completions", str(SMOLLM2_COMPLETIONS)]) == 0
+    assert "verdict: pass: 0 false positive(s)" in capsys.readouterr().out

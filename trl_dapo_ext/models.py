@@ -140,7 +140,8 @@ def ensure_converted(model: WheelModel, wheel: str | os.PathLike | None = None, 
         try:
             staging.rename(folder)
         except OSError:
-            if not is_complete(folder):  # another process finished first, or a stale incomplete folder is there
+            # Another process finished first (keep its folder), or an incomplete one is in the way (replace it).
+            if not is_complete(folder):
                 shutil.rmtree(folder, ignore_errors=True)
                 staging.rename(folder)
     return folder

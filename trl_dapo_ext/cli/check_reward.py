@@ -11,6 +11,13 @@ with status 1 when a completion that should fail was rewarded (a false positive)
     trl-dapo check-reward trl.rewards.accuracy_reward --dataset data/train.jsonl      # needs a `solution` column
     trl-dapo check-reward my_rewards:strict_match --dataset data/train.jsonl
     trl-dapo check-reward code_reward --dataset mbpp.jsonl --tests-column test_list --solution-column code
+    trl-dapo check-reward math_reward --completions tests/data/smollm2_completions.jsonl
+
+``--completions FILE`` scores completions a model actually wrote instead of the battery: a ``.jsonl`` file, one row
+per completion with ``completion``, its gold (``answer``, or ``--answer-column``), a ``label`` (``right``: its final
+answer is the gold, ``wrong``) and optionally a ``format`` (how the answer is written). The table counts the
+rewarded right ones (``model_right``) and the false positives (``model_wrong``); the findings list the false
+negatives (right answer, no credit) per format.
 
 REWARD is a library name (as in a recipe's ``reward_funcs``), or a dotted path to your own function,
 ``package.module.function`` or ``package.module:function`` (modules in the working directory are importable).
@@ -27,7 +34,7 @@ import json
 import sys
 from pathlib import Path
 
-from trl_dapo_ext.preflight.battery import CATEGORIES, NOT_GATING, code_cases, math_cases
+from trl_dapo_ext.preflight.battery import CATEGORIES, NOT_GATING, code_cases, labelled_cases, math_cases
 from trl_dapo_ext.preflight.reward_check import (
     DEFAULT_THRESHOLD,
     DEFAULT_TIMEOUT_S,
@@ -49,7 +56,13 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     )
     parser.add_argument("reward", metavar="REWARD", help="library reward name, or module.function / module:function")
     parser.add_argument(
-        "--dataset", required=True, help="a .json/.jsonl/.csv/.parquet file, a save_to_disk folder or a hub id"
+        "--dataset", default=None, help="a .json/.jsonl/.csv/.parquet file, a save_to_disk folder or a hub id"
+    )
+    parser.add_argument(
+        "--completions",
+        default=None,
+        metavar="FILE",
+        help="instead of the battery: a .jsonl of labelled completions a model wrote (completion, answer, label, format)",
     )
     parser.add_argument("--dataset-config", default=None, help="hub dataset configuration (GSM8K: main)")
     parser.add_argument("--split", default="train", help="dataset split (default: train)")
@@ -166,13 +179,19 @@ def run(options) -> int:
     reward = resolve_reward(options.reward)
     if not callable(reward):
         raise CheckError(f"{options.reward} is a {type(reward).__name__}, not a function")
-    rows, gold, prompt_column = load_rows(options)
-    kind, cases = _battery(options, rows, gold)
+    if (options.dataset is None) == (options.completions is None):
+        raise CheckError("give --dataset (the battery from its golds) or --completions (labelled completions)")
+    if options.completions is not None:
+        rows, cases, gold, prompt_column = load_labelled(options)
+        kind, source = "labelled", options.completions
+    else:
+        rows, gold, prompt_column = load_rows(options)
+        (kind, cases), source = _battery(options, rows, gold), options.dataset
     fmt = options.completion_format
     chat = isinstance(rows[0].get(prompt_column), list) if fmt == "auto" else fmt == "chat"
     name = getattr(reward, "__name__", options.reward)
     print(
-        f"check-reward: {name} on {len(cases)} {kind} completions from {len(rows)} golds of {options.dataset} "
+        f"check-reward: {name} on {len(cases)} {kind} completions from {len(rows)} golds of {source} "
         f"(column {gold!r}, {'chat' if chat else 'text'} completions, {options.timeout:g} s per call)",
         file=sys.stderr,
     )
@@ -188,6 +207,34 @@ def run(options) -> int:
     if options.json:
         _write_json(Path(options.json), results)
     return 1 if verdict else 0
+
+
+def load_labelled(options) -> tuple[list[dict], list, str, str]:
+    """``--completions``: (rows of ``prompt`` and ``answer`` for the reward, their cases, "answer", "prompt").
+
+    The gold column (``--answer-column``, else ``answer`` or ``solution``) is passed as ``answer``, as ``trl-dapo
+    train`` renames it; ``--prompt-column`` (default ``prompt``, else ``question``) as ``prompts``.
+    """
+    path = Path(options.completions)
+    if not path.is_file() or path.suffix != ".jsonl":
+        raise CheckError(f"--completions {path}: expected an existing .jsonl file")
+    try:
+        raw = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except json.JSONDecodeError as error:
+        raise CheckError(f"--completions {path}: not JSON lines ({error})") from None
+    if not raw:
+        raise CheckError(f"--completions {path} is empty")
+    gold = options.answer_column or next((c for c in ("answer", "solution") if c in raw[0]), None)
+    missing = sorted({"completion", "label", gold or "answer"} - set(raw[0]))
+    if missing:
+        raise CheckError(f"--completions {path}: rows lack {missing}; columns: {sorted(raw[0])}")
+    prompt = options.prompt_column or ("prompt" if "prompt" in raw[0] else "question")
+    try:
+        cases = labelled_cases(raw)
+    except ValueError as error:
+        raise CheckError(f"--completions {path}: {error}") from None
+    rows = [{"prompt": row.get(prompt), "answer": row[gold]} for row in raw]
+    return rows, cases, "answer", "prompt"
 
 
 def _battery(options, rows: list[dict], gold: str) -> tuple[str, list]:

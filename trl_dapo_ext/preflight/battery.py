@@ -50,8 +50,18 @@ CATEGORIES: dict[str, str] = {
     "unfinished": "the gold only inside unfinished (or unfinished-looking) reasoning",
     "math_edge": "zero denominators, infinities, NaN, power towers",
     "code_cheat": "programs that fool a weak test harness (exit codes, skips, always-equal objects)",
+    # --completions: what a model actually wrote, labelled by hand (rows named by their answer format)
+    "model_right": "completions a model wrote whose final answer is the gold (should score high)",
+    "model_wrong": "completions a model wrote whose final answer is not the gold",
 }
-"""Category name -> what it holds. A reward in any category but ``correct`` is a false positive."""
+"""Category name -> what it holds. A reward in any category but those of :data:`SHOULD_PASS` is a false
+positive."""
+
+SHOULD_PASS = frozenset({"correct", "model_right"})
+"""Categories whose cases a sound reward scores high (a low score there is a false negative)."""
+
+LABELS = {"right": "model_right", "wrong": "model_wrong"}
+"""A labelled completion's ``label`` -> its category."""
 
 NOT_GATING = frozenset({"units"})
 """Categories whose false positives are reported as warnings only (a documented policy choice of many verifiers)."""
@@ -66,6 +76,26 @@ class Case:
     completion: str
     row: int
     should_pass: bool = False
+
+
+def labelled_cases(rows: Sequence[dict], completion_column: str = "completion") -> list[Case]:
+    """Cases from completions a model wrote, one per row: its ``label`` (``right``: the final answer is the gold,
+    ``wrong``) gives the category, its ``format`` (how the answer is written, e.g. ``boxed``; default ``-``) the
+    name, so false negatives are counted per answer format.
+
+    >>> [(c.category, c.name, c.should_pass) for c in labelled_cases([{"completion": "x", "label": "right"}])]
+    [('model_right', '-', True)]
+    """
+    cases = []
+    for index, row in enumerate(rows):
+        label = row.get("label")
+        if label not in LABELS:
+            raise ValueError(f"row {index}: label must be one of {sorted(LABELS)}, got {label!r}")
+        category = LABELS[label]
+        cases.append(
+            Case(category, str(row.get("format") or "-"), str(row[completion_column]), index, label == "right")
+        )
+    return cases
 
 
 def gold_text(solution: object) -> str:

@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .battery import CATEGORIES, NOT_GATING, Case
+from .battery import CATEGORIES, NOT_GATING, SHOULD_PASS, Case
 
 DEFAULT_TIMEOUT_S = 30.0  # generous: a slow first call (worker start-up on a busy machine) is no hang
 DEFAULT_THRESHOLD = 0.5
@@ -194,7 +194,7 @@ class CategoryRow:
 
     @property
     def false_positive_rate(self) -> float | None:
-        return None if self.category == "correct" or not self.cases else self.false_positives / self.cases
+        return None if self.category in SHOULD_PASS or not self.cases else self.false_positives / self.cases
 
     @property
     def none_rate(self) -> float:
@@ -260,13 +260,17 @@ def findings(results: Sequence[CaseResult], threshold: float = DEFAULT_THRESHOLD
         errors = [r for r in group if r.error is not None]
         if errors:
             danger.append(f"DANGER: exception, {category} / {name}: {len(errors)}/{n} calls, {errors[0].error}")
-        if category == "correct":
+        if category in SHOULD_PASS:
             rejected = [r for r in group if r.score is not None and r.score < threshold]
             nones = sum(r.score is None and r.error is None and not r.timed_out for r in group)
             if rejected:
-                warn.append(f"warning: false negative, correct / {name}: {len(rejected)}/{n} golds scored low")
+                example = rejected[0].case.completion.replace("\n", " ")
+                example = example if len(example) <= 80 else "..." + example[-77:]  # the answer is at the end
+                warn.append(
+                    f"warning: false negative, {category} / {name}: {len(rejected)}/{n} scored low, e.g. {example!r}"
+                )
             if nones:
-                warn.append(f"warning: reward None, correct / {name}: {nones}/{n} (gold not parseable?)")
+                warn.append(f"warning: reward None, {category} / {name}: {nones}/{n} (gold not parseable?)")
     return danger + warn
 
 
@@ -282,7 +286,7 @@ def format_table(table: dict[str, CategoryRow]) -> str:
     ]
     for name, row in table.items():
         mean = "-" if row.mean_score is None else f"{row.mean_score:.2f}"
-        if name == "correct":
+        if name in SHOULD_PASS:
             fp = f"(passed {row.passed / row.cases:.0%})" if row.cases else "-"
         else:
             fp = f"{row.false_positive_rate:.0%}" + ("" if name not in NOT_GATING else " (not gating)")
