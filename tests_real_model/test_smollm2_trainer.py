@@ -199,13 +199,9 @@ def test_resume_from_the_adapter_checkpoint_trains_the_same_last_step(run, resum
     assert all(torch.equal(resumed.base[name], tensor) for name, tensor in run.base_before.items())
 
 
-@pytest.mark.xfail(
-    reason="math_answer_format_reward pays for the literal placeholder \\boxed{number}, which SmolLM2 learned to "
-    "write in 8 steps of trl-dapo train (issue 31); the verifier's own work fixes it, then this passes",
-    strict=False,
-)
 def test_the_placeholder_the_policy_learned_to_write_earns_nothing():
-    """A cheap regression check on the reward hack a real model found: no model run needed to keep it."""
+    """A cheap regression check on the reward hack a real model found (SmolLM2 learned to write the literal
+    placeholder \\boxed{number} in 8 steps of trl-dapo train): no model run needed to keep it."""
     hacked = ["The answer is \\boxed{number}.", "So the final answer is $\\boxed{number}$"]
     funcs = reward_funcs()
     assert funcs[0](hacked, answer=["5", "5"]) == [0.0, 0.0]  # math_reward: no number, no credit
