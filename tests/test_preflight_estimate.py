@@ -97,13 +97,29 @@ def test_profile_lengths_and_retention_drive_the_cost():
 
 
 def test_cli_on_every_recipe_and_with_a_profile(tmp_path, capsys):
+    from transformers import LlamaConfig
+
     from trl_dapo_ext.cli.demo import DemoSettings, build_tokenizer_and_model
 
     # recipes/tiny_cpu.yaml trains the model `trl-dapo demo` writes: estimate it from that model's own config.
     _, demo_model = build_tokenizer_and_model(DemoSettings.model_size, DemoSettings.seed)
     demo_model.config.to_json_file(str(tmp_path / "config.json"))
+    # recipes/smollm2_cpu.yaml trains the folder `make smollm2` links: SmolLM2-135M-Instruct's published shape.
+    smollm2 = tmp_path / "smollm2" / "config.json"
+    smollm2.parent.mkdir()
+    LlamaConfig(
+        hidden_size=576,
+        intermediate_size=1536,
+        num_hidden_layers=30,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        vocab_size=49152,
+        max_position_embeddings=8192,
+        tie_word_embeddings=True,
+    ).to_json_file(str(smollm2))
+    local = {"tiny_cpu.yaml": tmp_path / "config.json", "smollm2_cpu.yaml": smollm2}
     for recipe in sorted(RECIPES.glob("*.yaml")):
-        model = ["--model", str(tmp_path / "config.json")] if recipe.name == "tiny_cpu.yaml" else []
+        model = ["--model", str(local[recipe.name])] if recipe.name in local else []
         assert estimate_cli.main(["--config", str(recipe), *model]) == 0, recipe
         out = capsys.readouterr().out
         assert "| H200 141GB |" in out and "KV cache" in out and "tokens" in out

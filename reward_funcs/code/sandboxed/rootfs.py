@@ -27,6 +27,10 @@ def build_root(new: str, read_only_dirs: list[str], file_mb: int, moved: dict[st
     ``/tmp`` (the working directory). Everything lives in this mount namespace and vanishes with it."""
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+    # The scratch /tmp first: a Python install or venv that lives under /tmp is then bound inside it (in folders of
+    # root's, which the sandbox uid cannot rename or remove), instead of the scratch tmpfs hiding it.
+    os.makedirs(new + "/tmp")
+    mount("tmpfs", new + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={int(file_mb) * 2 + 1}m,mode=1777")
     done: list[str] = []
     binds = [(p, p) for p in [*SYSTEM_DIRS, *(os.path.realpath(p) for p in read_only_dirs)]]
     for src, dst in [*binds, *moved.items()]:
@@ -46,8 +50,6 @@ def build_root(new: str, read_only_dirs: list[str], file_mb: int, moved: dict[st
     _make_dev(new)
     os.makedirs(new + "/proc")
     mount("proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    os.makedirs(new + "/tmp")
-    mount("tmpfs", new + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={int(file_mb) * 2 + 1}m,mode=1777")
     mount(None, new, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
     os.chroot(new)
     os.chdir("/tmp")
