@@ -35,7 +35,7 @@ from pathlib import Path
 from trl_dapo_ext.cpu_threads import WAIT_VARIABLES, resolve_threads  # standard library only: no torch here
 
 ROOT = Path(__file__).resolve().parents[1]
-POLICIES = ("default", "passive")
+POLICIES = ("default", "passive")  # the policies every run compares; --policies adds bounded spins ("spin=N")
 BUSY_LOOP = "while True:\n    pass\n"
 # --smoke: the demo's tiny model, a fixed 2-step warm start and 2 RL steps of 2 prompts x 4 completions.
 SMOKE = dict(
@@ -86,6 +86,7 @@ def child_rl(options: argparse.Namespace) -> None:
     # The order is the point. "default": torch first, so its OpenMP runtime loads before the package could set a
     # policy and keeps its default. "passive": the package first, as every trl-dapo command, which sets
     # OMP_WAIT_POLICY=PASSIVE before torch loads.
+    # "spin=N": GOMP_SPINCOUNT=N in the environment (set by the parent), so the package keeps it as the user's choice.
     order = ("torch", "trl_dapo_ext.cli") if options.policy == "default" else ("trl_dapo_ext.cli", "torch")
     for module in order:
         importlib.import_module(module)
@@ -113,9 +114,23 @@ def child_rl(options: argparse.Namespace) -> None:
 # ------------------------------------------------------------------------------------------------------ parent
 
 
-def _child(options: argparse.Namespace, mode: str, *extra: str) -> dict:
+def spin_count(policy: str) -> str | None:
+    """The GOMP_SPINCOUNT a ``"spin=N"`` policy sets (``None`` for "default" and "passive")."""
+    return policy.partition("=")[2] if policy.startswith("spin=") else None
+
+
+def parse_policy(value: str) -> str:
+    """An argparse ``type`` for ``--policies``: "default", "passive" or "spin=N" (a bounded spin of N)."""
+    if value in POLICIES or (spin_count(value) or "").isdigit():
+        return value
+    raise argparse.ArgumentTypeError(f"expected default, passive or spin=N, got {value!r}")
+
+
+def _child(options: argparse.Namespace, mode: str, *extra: str, policy: str = "default") -> dict:
     """Run this script as a child in ``mode``; returns its RESULT and the spin count its OpenMP runtime reported."""
     env = {key: value for key, value in os.environ.items() if key not in WAIT_VARIABLES}
+    if spin_count(policy) is not None:
+        env["GOMP_SPINCOUNT"] = spin_count(policy)  # the user's choice to the package: it sets nothing then
     env.update(
         PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
         HF_HUB_OFFLINE="1",
@@ -169,53 +184,61 @@ def run(options: argparse.Namespace) -> dict:
             time.sleep(1.0 if busy else 0.0)  # the loops reach full speed before anything is measured
             auto[busy] = resolve_threads("auto", at_most=max(options.threads)).as_dict()
             for threads in options.threads:
-                for policy in POLICIES:
+                for policy in options.policies:
                     seconds = []
                     for _ in range(options.repeats):
                         extra = ("--threads", str(threads), "--policy", policy, "--busy", str(busy))
-                        result = _child(options, "rl", *extra)
+                        result = _child(options, "rl", *extra, policy=policy)
                         seconds.append(result["rl_seconds"])
                     row = dict(busy=busy, threads=threads, policy=policy, **result)
                     row["rl_seconds"] = statistics.median(seconds)
                     runs.append(row)
                     print(
-                        f"  busy {busy}, {threads} thread(s), {policy:<7}: {row['rl_seconds']:7.1f} s "
+                        f"  busy {busy}, {threads} thread(s), {policy:<11}: {row['rl_seconds']:7.1f} s "
                         f"(spin count {row['spin_count']}, weights {row['digest']})",
                         flush=True,
                     )
         finally:
             _stop(processes)
-    return dict(steps=options.steps, smoke=options.smoke, pinned=pinned, warm_start=warm, runs=runs, auto=auto)
+    return dict(
+        steps=options.steps,
+        smoke=options.smoke,
+        pinned=pinned,
+        policies=options.policies,
+        warm_start=warm,
+        runs=runs,
+        auto=auto,
+    )
 
 
 def report(results: dict) -> None:
     """The table and the ratios, from one run's results."""
     seconds = {(r["busy"], r["threads"], r["policy"]): r["rl_seconds"] for r in results["runs"]}
+    policies = results.get("policies", list(POLICIES))
     loads = sorted({r["busy"] for r in results["runs"]})
     thread_counts = sorted({r["threads"] for r in results["runs"]})
     print()
-    print(
-        "| busy processes | threads | default (spin) | passive | passive / default | default vs quiet | passive vs quiet |"
-    )
-    print("|---|---|---|---|---|---|---|")
+    print("Each cell: RL seconds, then the ratio to the quiet run of the same threads and policy, then to OpenMP's")
+    print("default wait (spinning) at the same load and threads.")
+    print()
+    print("| busy processes | threads | " + " | ".join(policies) + " |")
+    print("|---|---|" + "---|" * len(policies))
     for busy in loads:
         for threads in thread_counts:
-            spin, passive = seconds[busy, threads, "default"], seconds[busy, threads, "passive"]
-            quiet_spin, quiet_passive = seconds.get((0, threads, "default")), seconds.get((0, threads, "passive"))
-            versus = [
-                f"{value / quiet:.2f}x" if quiet else "n/a"
-                for value, quiet in ((spin, quiet_spin), (passive, quiet_passive))
-            ]
-            print(
-                f"| {busy} | {threads} | {spin:.1f} s | {passive:.1f} s | {passive / spin:.2f} | "
-                f"{versus[0]} | {versus[1]} |"
-            )
+            cells = []
+            for policy in policies:
+                value = seconds[busy, threads, policy]
+                quiet, spin = seconds.get((0, threads, policy)), seconds.get((busy, threads, "default"))
+                cells.append(
+                    f"{value:.1f} s ({value / quiet:.2f}x quiet" + (f", {value / spin:.2f}x default)" if spin else ")")
+                )
+            print(f"| {busy} | {threads} | " + " | ".join(cells) + " |")
     print()
     for busy in loads:
         if len(thread_counts) > 1:
             low, high = thread_counts[0], thread_counts[-1]
             ratios = ", ".join(
-                f"{policy} {seconds[busy, high, policy] / seconds[busy, low, policy]:.2f}" for policy in POLICIES
+                f"{policy} {seconds[busy, high, policy] / seconds[busy, low, policy]:.2f}" for policy in policies
             )
             print(f"busy {busy}: {high} threads / {low} thread(s), wall time: {ratios}")
         choice = results["auto"][busy]
@@ -234,6 +257,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--busy", type=int, nargs="+", default=[0, 1], help="busy processes beside a run (0 1)")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="torch threads of a run (1 2)")
     parser.add_argument("--cores", type=int, default=2, help="pin runs and busy loops to this many cores (2)")
+    parser.add_argument(
+        "--policies",
+        type=parse_policy,
+        nargs="+",
+        default=list(POLICIES),
+        help="wait policies to compare: default, passive, spin=N (GOMP_SPINCOUNT=N) (default passive)",
+    )
     parser.add_argument("--repeats", type=int, default=1, help="runs per cell; the median is reported (1)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--smoke", action="store_true", help="a tiny model and 2 steps: checks the script quickly")
@@ -242,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     # A child run (this script starts them): what it does, where the warm start is, its threads, policy and load.
     parser.add_argument("--child", choices=("prepare", "rl"), help=argparse.SUPPRESS)
     parser.add_argument("--work", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--policy", choices=POLICIES, help=argparse.SUPPRESS)
+    parser.add_argument("--policy", type=parse_policy, help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
     if options.steps is None:
         # This process never imports torch; the wait policy the import sets here is removed from every child's
