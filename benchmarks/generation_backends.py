@@ -139,7 +139,7 @@ def main(argv=None) -> None:
         completions = count * G
         hf = completions / best_time(lambda c=count: with_transformers(c), args.repeats)
         vl = completions / best_time(lambda c=count: with_vllm(c), args.repeats)
-        print(f"{count:>8} {completions:>12} {hf:>17.0f} {vl:>10.0f} {vl / hf:>19.2f}x")
+        print(f"{count:>8} {completions:>12} {hf:>17.1f} {vl:>10.1f} {vl / hf:>19.2f}x")
 
 
 if __name__ == "__main__":  # vLLM may start worker processes: they must not re-run this script
