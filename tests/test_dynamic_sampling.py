@@ -200,15 +200,18 @@ def record_takes(trainer) -> list[tuple[int, int, list[int]]]:
     """(step, position before the take, indices) of every draw from the refill stream."""
     takes = []
     sampler = trainer.refill_sampler
-    original = sampler.take
+    cls = type(sampler)
 
-    def take(count):
-        position = sampler.taken
-        indices = original(count)
-        takes.append((trainer.state.global_step, position, list(indices)))
+    def take(self, count):
+        position = self.taken
+        indices = cls.take(self, count)
+        if self is trainer.refill_sampler:  # not the copies a round's preview draws from
+            takes.append((trainer.state.global_step, position, list(indices)))
         return indices
 
-    sampler.take = take
+    # A subclass, not an instance attribute: `copy.copy(stream)` (a preview) would copy a bound method that draws
+    # from this stream, and the preview would advance the real one.
+    sampler.__class__ = type("RecordingSampler", (cls,), {"take": take})
     return takes
 
 

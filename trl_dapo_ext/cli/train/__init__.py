@@ -23,8 +23,8 @@ names, or give a dotted import path (`my_package.rewards.my_reward`) as TRL's ow
 Before the model loads, the recipe is checked and every problem is one line (exit status 2): a misspelt key (with
 the closest known one), an unknown reward name, a dataset without the column a library reward grades against (and
 the `answer_column` / `tests_column` that maps it), `use_vllm` without vLLM, a `max_completion_length` beyond the
-model's context. Ctrl-C during training saves the model and trainer state in `output_dir/interrupted` and exits
-with status 130.
+model's context. Ctrl-C during training finishes the step, saves a full checkpoint (`output_dir/checkpoint-N`),
+prints the command that resumes from it and exits with status 130 (a second Ctrl-C: at once, the model only).
 
 After training the model (the LoRA adapter with `use_peft`) and `trainer_state.json` are saved in `output_dir`,
 with `train_summary.json` (steps, wall time, steps/s, peak GPU memory) and, when matplotlib is installed, the

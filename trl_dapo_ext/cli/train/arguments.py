@@ -119,7 +119,8 @@ transformers.TrainingArguments field (batch sizes, learning rate, generation, vL
 
 HELP_EPILOG = """\
 After training, output_dir holds the model (or LoRA adapter), trainer_state.json, train_summary.json and the
-report.png dashboard. Ctrl-C saves the model and trainer state in output_dir/interrupted and exits with status 130."""
+report.png dashboard. Ctrl-C finishes the step, saves a full checkpoint (output_dir/checkpoint-N), prints the
+command that resumes from it and exits with status 130."""
 
 # (title, dataclass, fields of a parent to leave out) of the help's groups, in order; the rest stays TRL's group.
 _OWN_GROUPS: tuple[tuple[str, type, type | None], ...] = (

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -26,8 +27,8 @@ def train(script_args: TrainScriptArguments, training_args: DAPOConfig, model_ar
     """Build the trainer from parsed arguments, train, save, and return the run summary (also `train_summary.json`).
 
     Everything that can be checked before the model loads is: reward names and their dataset columns, the vLLM
-    backend, the completion budget against the model's context. Ctrl-C during training saves the model and trainer
-    state into ``output_dir/interrupted`` and raises `RunInterrupted`.
+    backend, the completion budget against the model's context. Ctrl-C during training saves a checkpoint
+    (`trl_dapo_ext.cli.interrupts`) and raises `RunInterrupted`.
     """
     import torch
 
@@ -157,5 +158,26 @@ def main(argv: list[str] | None = None, prog: str = "trl-dapo train") -> int:
         return 2
     except (RunInterrupted, KeyboardInterrupt) as error:
         # A bare KeyboardInterrupt comes from before training: loading the model, the tokenizer or the data.
-        return report_interrupt(error, prog, nothing_saved="training had not started, nothing was saved")
+        status = report_interrupt(error, prog, nothing_saved="training had not started, nothing was saved")
+        if isinstance(error, RunInterrupted) and error.resumable:
+            print(f"resume with: {resume_command(prog, argv, error.folder)}", file=sys.stderr, flush=True)
+        return status
     return 0
+
+
+def resume_command(prog: str, argv: list[str] | None, checkpoint: str) -> str:
+    """The command line that resumes this run from ``checkpoint``: the same arguments, ``--resume_from_checkpoint``
+    replaced.
+
+    >>> resume_command("trl-dapo train", ["--config", "r.yaml", "--resume_from_checkpoint", "old"], "runs/x/checkpoint-4")
+    'trl-dapo train --config r.yaml --resume_from_checkpoint runs/x/checkpoint-4'
+    """
+    kept, skip = [], False
+    for item in sys.argv[1:] if argv is None else argv:
+        if skip:
+            skip = False
+        elif item == "--resume_from_checkpoint":
+            skip = True
+        elif not item.startswith("--resume_from_checkpoint="):
+            kept.append(item)
+    return shlex.join([*prog.split(), *kept, "--resume_from_checkpoint", checkpoint])
