@@ -102,6 +102,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         help="completions as chat messages or plain text (auto: like TRL, chat when the prompts are)",
     )
     parser.add_argument("--json", default=None, metavar="PATH", help="also write every case's verdict to PATH")
+    parser.add_argument("--debug", action="store_true", help="on an error, also print its traceback")
     return parser
 
 
@@ -166,12 +167,13 @@ def load_rows(options) -> tuple[list[dict], str, str]:
 
 def main(argv: list[str] | None = None, prog: str = "trl-dapo check-reward") -> int:
     """Run `trl-dapo check-reward`; 0 clean, 1 a false positive, 2 bad input (one line on stderr)."""
+    from trl_dapo_ext.cli.train.run import report_error
+
     options = _parser(prog).parse_args(argv)
     try:
         return run(options)
     except CheckError as error:
-        print(f"{prog}: error: {error}", file=sys.stderr)
-        return 2
+        return report_error(prog, error, options.debug)
 
 
 def run(options) -> int:

@@ -44,7 +44,7 @@ from .arguments import (
     make_parser,
     parse_args,
 )
-from .data import DATA_FILE_TYPES, load_train_dataset, prepare_dataset
+from .data import DATA_FILE_TYPES, check_local_path, load_train_dataset, prepare_dataset
 from .model import (
     check_context_length,
     check_generation_backend,
@@ -61,6 +61,7 @@ __all__ = [
     "TrainScriptArguments",
     "check_context_length",
     "check_generation_backend",
+    "check_local_path",
     "check_reward_columns",
     "known_keys",
     "load_tokenizer",

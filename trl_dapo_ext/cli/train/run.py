@@ -18,7 +18,7 @@ from trl_dapo_ext.config import DAPOConfig
 from trl_dapo_ext.cpu_threads import parse_threads, set_cpu_threads
 
 from .arguments import TrainError, TrainScriptArguments, parse_args
-from .data import load_train_dataset
+from .data import check_local_path, load_train_dataset
 from .model import check_context_length, check_generation_backend, load_tokenizer, model_loading_kwargs
 from .rewards import check_reward_columns, resolve_reward_funcs
 
@@ -69,9 +69,7 @@ def _build_trainer(script_args: TrainScriptArguments, training_args: DAPOConfig,
     if not model_args.model_name_or_path:
         raise TrainError("model_name_or_path is required (a hub id or a local folder written by save_pretrained)")
     reward_funcs = resolve_reward_funcs(script_args.reward_funcs)
-    name = model_args.model_name_or_path
-    if name.startswith((".", "/", "~")) and not Path(name).expanduser().exists():
-        raise TrainError(f"model_name_or_path {name} does not exist")
+    check_local_path(model_args.model_name_or_path, "model_name_or_path")
     check_generation_backend(training_args)
     model_kwargs = model_loading_kwargs(model_args, training_args)
     check_context_length(model_args, training_args)
@@ -143,19 +141,24 @@ def _draw_report(output: Path) -> None:
 
 
 def main(argv: list[str] | None = None, prog: str = "trl-dapo train") -> int:
-    """Run `trl-dapo train` with ``argv``; 0 on success, 2 on a recipe or input problem (one line on stderr), 130
-    on Ctrl-C (after saving the model and trainer state of an interrupted run)."""
+    """Run `trl-dapo train` with ``argv``; 0 on success, 2 on a recipe or input problem (one line on stderr), 1 when
+    a reward function raised (one line), 130 on Ctrl-C (after saving a checkpoint). ``--debug`` adds the traceback."""
+    import yaml
+
+    from trl_dapo_ext import RewardFunctionError
+
+    argv, debug = pop_debug(sys.argv[1:] if argv is None else list(argv))
     try:
         script_args, training_args, model_args = parse_args(argv, prog)
-    except ValueError as error:
-        # Config validation (DAPOConfig, TrainingArguments, an unknown YAML key) explains itself in one message.
-        print(f"{prog}: error: {error}", file=sys.stderr)
-        return 2
+    except (ValueError, OSError, yaml.YAMLError) as error:
+        # Config validation (DAPOConfig, TrainingArguments, an unknown YAML key), a missing or unparsable recipe.
+        return report_error(prog, error, debug)
     try:
         train(script_args, training_args, model_args)
     except TrainError as error:
-        print(f"{prog}: error: {error}", file=sys.stderr)
-        return 2
+        return report_error(prog, error, debug)
+    except RewardFunctionError as error:
+        return report_error(prog, error, debug, status=1)
     except (RunInterrupted, KeyboardInterrupt) as error:
         # A bare KeyboardInterrupt comes from before training: loading the model, the tokenizer or the data.
         status = report_interrupt(error, prog, nothing_saved="training had not started, nothing was saved")
@@ -163,6 +166,32 @@ def main(argv: list[str] | None = None, prog: str = "trl-dapo train") -> int:
             print(f"resume with: {resume_command(prog, argv, error.folder)}", file=sys.stderr, flush=True)
         return status
     return 0
+
+
+def pop_debug(argv: list[str]) -> tuple[list[str], bool]:
+    """``argv`` without a bare ``--debug`` flag, and whether it was there. ``--debug VALUE`` stays: it is
+    `TrainingArguments.debug`.
+
+    >>> pop_debug(["--config", "r.yaml", "--debug"]), pop_debug(["--debug", "underflow_overflow"])
+    ((['--config', 'r.yaml'], True), (['--debug', 'underflow_overflow'], False))
+    """
+    for position, item in enumerate(argv):
+        following = argv[position + 1] if position + 1 < len(argv) else None
+        if item == "--debug" and (following is None or following.startswith("--")):
+            return argv[:position] + argv[position + 1 :], True
+    return argv, False
+
+
+def report_error(prog: str, error: BaseException, debug: bool, status: int = 2) -> int:
+    """Print ``error`` as one line on stderr (with ``debug``, after its traceback) and return ``status``."""
+    import traceback
+
+    if debug:
+        traceback.print_exception(error)
+    hint = "" if debug else " (--debug shows the traceback)" if status != 2 else ""
+    message = " ".join(str(error).split())  # one line, also for a YAML error's multi-line report
+    print(f"{prog}: error: {message}{hint}", file=sys.stderr, flush=True)
+    return status
 
 
 def resume_command(prog: str, argv: list[str] | None, checkpoint: str) -> str:
