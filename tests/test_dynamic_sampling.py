@@ -144,6 +144,22 @@ def test_exhausted_budget_raises_with_counts(make_model, tokenizer, tmp_path):
     assert "dynamic_sampling_on_exhausted='fill'" in str(error.value)
 
 
+@pytest.mark.parametrize(
+    ("kinds", "says"),
+    [
+        (["wrong"], "the same reward, 0: if that is a fail, every group was all wrong"),
+        (["right"], "the same reward, 1:"),
+        (["wrong", "right"], "Of 16 groups, "),
+    ],
+)
+def test_no_informative_group_says_whether_all_were_wrong_or_right(make_model, tokenizer, tmp_path, kinds, says):
+    dataset = kinds_dataset(kinds, repeat=24)
+    trainer, _, _ = build(make_model, tokenizer, tmp_path, dataset, dynamic_sampling_max_rounds=2)
+    with pytest.raises(DynamicSamplingExhausted, match="0 informative") as error:
+        trainer.train()
+    assert says in str(error.value) and "trl-dapo check-reward" in str(error.value)
+
+
 def test_fill_masks_filled_groups_out_of_the_loss(make_model, tokenizer, tmp_path):
     # One varying prompt in twelve, one round: the batch (2 groups) cannot be filled with informative groups.
     dataset = kinds_dataset(["varying"] + ["right"] * 5 + ["wrong"] * 6, repeat=2)
