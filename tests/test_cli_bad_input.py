@@ -121,3 +121,9 @@ def test_a_raising_reward_is_one_line_in_profile_and_train(files, capsys):
     assert "reward function 'boom' raised" in line and "kaboom" in line and "--debug" in line
     assert train_cli.main([*train_argv, "--output_dir", "o", "--debug"]) == 1
     assert "Traceback" in capsys.readouterr().err  # --debug: the chained traceback, then the same line
+
+
+def test_profile_invalid_recipe_yaml_is_one_line(files, capsys):
+    (files / "recipe.yaml").write_text("model_name_or_path: tiny\n  bad: [\n")
+    assert profile.main(["--config", "recipe.yaml"]) == 2
+    assert "recipe.yaml is not valid YAML" in _one_error(capsys, "profile")

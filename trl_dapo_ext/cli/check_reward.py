@@ -167,7 +167,7 @@ def load_rows(options) -> tuple[list[dict], str, str]:
 
 def main(argv: list[str] | None = None, prog: str = "trl-dapo check-reward") -> int:
     """Run `trl-dapo check-reward`; 0 clean, 1 a false positive, 2 bad input (one line on stderr)."""
-    from trl_dapo_ext.cli.train.run import report_error
+    from trl_dapo_ext.cli.errors import report_error
 
     options = _parser(prog).parse_args(argv)
     try:

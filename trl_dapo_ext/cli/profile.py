@@ -159,7 +159,10 @@ def _read_recipe(path: str) -> dict[str, Any]:
     file = Path(path).expanduser()
     if not file.is_file():
         raise ProfileError(f"recipe {path} does not exist")
-    values = yaml.safe_load(file.read_text())
+    try:
+        values = yaml.safe_load(file.read_text())
+    except yaml.YAMLError as error:
+        raise ProfileError(f"{path} is not valid YAML: {error}") from None
     if not isinstance(values, dict):
         raise ProfileError(f"{path} must be a mapping of keys to values (a trl-dapo train recipe)")
     return values
@@ -441,7 +444,7 @@ def write_filtered(dataset, indices: list[int], script, path: Path) -> None:
 
 def main(argv: list[str] | None = None, prog: str = "trl-dapo profile") -> int:
     """Run `trl-dapo profile`; 0 on success, 2 on bad input (one line on stderr)."""
-    from trl_dapo_ext.cli.train.run import report_error
+    from trl_dapo_ext.cli.errors import report_error
 
     debug = "--debug" in (argv or [])
     try:

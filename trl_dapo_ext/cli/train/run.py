@@ -13,6 +13,7 @@ from typing import Any
 
 from trl import ModelConfig
 
+from trl_dapo_ext.cli.errors import pop_debug, report_error
 from trl_dapo_ext.cli.interrupts import INTERRUPTED_DIR, RunInterrupted, report_interrupt, save_on_interrupt
 from trl_dapo_ext.config import DAPOConfig
 from trl_dapo_ext.cpu_threads import parse_threads, set_cpu_threads
@@ -166,32 +167,6 @@ def main(argv: list[str] | None = None, prog: str = "trl-dapo train") -> int:
             print(f"resume with: {resume_command(prog, argv, error.folder)}", file=sys.stderr, flush=True)
         return status
     return 0
-
-
-def pop_debug(argv: list[str]) -> tuple[list[str], bool]:
-    """``argv`` without a bare ``--debug`` flag, and whether it was there. ``--debug VALUE`` stays: it is
-    `TrainingArguments.debug`.
-
-    >>> pop_debug(["--config", "r.yaml", "--debug"]), pop_debug(["--debug", "underflow_overflow"])
-    ((['--config', 'r.yaml'], True), (['--debug', 'underflow_overflow'], False))
-    """
-    for position, item in enumerate(argv):
-        following = argv[position + 1] if position + 1 < len(argv) else None
-        if item == "--debug" and (following is None or following.startswith("--")):
-            return argv[:position] + argv[position + 1 :], True
-    return argv, False
-
-
-def report_error(prog: str, error: BaseException, debug: bool, status: int = 2) -> int:
-    """Print ``error`` as one line on stderr (with ``debug``, after its traceback) and return ``status``."""
-    import traceback
-
-    if debug:
-        traceback.print_exception(error)
-    hint = "" if debug else " (--debug shows the traceback)" if status != 2 else ""
-    message = " ".join(str(error).split())  # one line, also for a YAML error's multi-line report
-    print(f"{prog}: error: {message}{hint}", file=sys.stderr, flush=True)
-    return status
 
 
 def resume_command(prog: str, argv: list[str] | None, checkpoint: str) -> str:
