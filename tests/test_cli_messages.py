@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
+import signal
 import subprocess
 import sys
 import warnings
@@ -61,36 +63,63 @@ calls = 0
 
 
 def ctrl_c_reward(completions, **kwargs):
-    """Scores like a verifier; at the second call (step 2) the user presses Ctrl-C."""
+    """Scores like a verifier; at the second call (step 2) the user presses Ctrl-C ($CTRL_C_PRESSES times)."""
     global calls
     calls += 1
     if calls == 2:
-        # Python's own handler, as in a terminal (a background job inherits SIGINT ignored, so Python has none).
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(int(os.environ.get("CTRL_C_PRESSES", "0"))):
+            os.kill(os.getpid(), signal.SIGINT)
     return [float(len(c) % 2) for c in completions]
 '''
 
 
-@pytest.mark.trainer
-def test_train_ctrl_c_saves_the_model_and_state_and_exits_130(tmp_path, tiny_model_dir):
+def _train_with_ctrl_c(tmp_path, tiny_model_dir, presses: int, argv: list[str] | None = None):
+    """`trl-dapo train` (4 steps) in a child process whose reward presses Ctrl-C ``presses`` times in step 2."""
     (tmp_path / "ctrl_c_rewards.py").write_text(REWARD_THAT_PRESSES_CTRL_C)
     data = _jsonl(tmp_path / "d.jsonl", [{"prompt": f"{i}+1=", "answer": str(i + 1)} for i in range(16)])
-    output = tmp_path / "run"
-    argv = [
-        sys.executable, "-m", "trl_dapo_ext.cli.main", "train", "--model_name_or_path", str(tiny_model_dir),
+    argv = argv or [
+        "train", "--model_name_or_path", str(tiny_model_dir),
         "--dataset_name", str(data), "--use_chat_template", "false", "--reward_funcs", "ctrl_c_rewards.ctrl_c_reward",
         *CPU, "--max_steps", "4", "--per_device_train_batch_size", "8", "--num_generations", "4",
         "--max_completion_length", "8", "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "true",
-        "--output_dir", str(output),
+        "--output_dir", str(tmp_path / "run"),
     ]  # fmt: skip
     # The installed TRL in the child (the TRL 1.15 lane's CPU shim cannot reach another process).
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)]), "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)]),
+        "OMP_NUM_THREADS": "1",
+        "CTRL_C_PRESSES": str(presses),
+    }
+    command = [sys.executable, "-m", "trl_dapo_ext.cli.main", *argv]
+    return subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
 
+
+@pytest.mark.trainer
+def test_train_ctrl_c_saves_a_checkpoint_and_prints_the_command_that_resumes_it(tmp_path, tiny_model_dir):
+    result = _train_with_ctrl_c(tmp_path, tiny_model_dir, presses=1)
     assert result.returncode == 130, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
-    folder = output / "interrupted"
+    checkpoint = tmp_path / "run" / "checkpoint-2"  # step 2 finished, then the run stopped
+    assert f"saved a full checkpoint in {checkpoint}" in result.stderr
+    for name in ("model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json"):
+        assert (checkpoint / name).is_file(), name
+    assert json.loads((checkpoint / "trainer_state.json").read_text())["global_step"] == 2
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("resume with: ")]
+    command = shlex.split(line.removeprefix("resume with: "))
+    assert command[:2] == ["trl-dapo", "train"] and command[-2:] == ["--resume_from_checkpoint", str(checkpoint)]
+
+    resumed = _train_with_ctrl_c(tmp_path, tiny_model_dir, presses=0, argv=command[1:])  # the printed command, run
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert json.loads((tmp_path / "run" / "trainer_state.json").read_text())["global_step"] == 4
+
+
+@pytest.mark.trainer
+def test_train_second_ctrl_c_stops_at_once_and_saves_the_model_and_state(tmp_path, tiny_model_dir):
+    result = _train_with_ctrl_c(tmp_path, tiny_model_dir, presses=2)
+    assert result.returncode == 130, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr and "resume with" not in result.stderr
+    folder = tmp_path / "run" / "interrupted"
     assert f"saved in {folder}" in result.stderr and "during step 2" in result.stderr
     assert (folder / "model.safetensors").is_file() and (folder / "tokenizer.json").is_file()
     assert json.loads((folder / "trainer_state.json").read_text())["global_step"] == 1
@@ -144,6 +173,24 @@ def test_demo_ctrl_c_in_rl_names_the_folder_it_wrote(tmp_path, monkeypatch, caps
     assert f"saved in {folder}" in err and "during step 1" in err
     assert json.loads((folder / "trainer_state.json").read_text())["global_step"] == 0
     assert (folder / "model.safetensors").is_file()
+
+
+@pytest.mark.trainer
+def test_demo_first_ctrl_c_in_rl_saves_a_full_checkpoint(tmp_path, monkeypatch, capsys):
+    inner = DAPOTrainer.training_step
+
+    def training_step(self, *args, **kwargs):
+        if self.state.global_step == 0:
+            os.kill(os.getpid(), signal.SIGINT)  # a real Ctrl-C during step 1: the step finishes first
+        return inner(self, *args, **kwargs)
+
+    monkeypatch.setattr(DAPOTrainer, "training_step", training_step)
+    assert demo_cli.main([*DEMO_ARGS, "--output-dir", str(tmp_path)]) == 130
+    err = capsys.readouterr().err
+    checkpoint = tmp_path / "rl-dapo" / "checkpoint-1"
+    assert f"saved a full checkpoint in {checkpoint}" in err and "Traceback" not in err
+    for name in ("model.safetensors", "optimizer.pt", "rng_state.pth", "dapo_refill_state.json"):
+        assert (checkpoint / name).is_file(), name  # although the demo saves models only otherwise
 
 
 def test_demo_ctrl_c_between_stages_says_what_exists(tmp_path, monkeypatch, capsys):

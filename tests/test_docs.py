@@ -81,3 +81,21 @@ def test_links_to_the_repository_use_its_one_declared_home():
     fix = " ".join(f"-e 's|{repo}|{home}|g'" for repo in sorted({repo for _, repo in stale}))
     files_to_fix = " ".join(sorted({path for path, _ in stale}))
     assert not stale, f"links to another home than pyproject's {url}: {stale}; fix: sed -i {fix} {files_to_fix}"
+
+
+def test_api_page_lists_every_recipe_reward_and_shows_defaults_as_values():
+    import inspect
+
+    import reward_funcs.math.answers as answers
+    from trl_dapo_ext.cli.train.arguments import REWARD_FUNCS
+
+    page = (ROOT / "docs" / "api.md").read_text()
+    members = re.search(r"::: reward_funcs\n.*?members: \[(.*?)\]", page, re.S).group(1)
+    assert set(REWARD_FUNCS) <= {member.strip() for member in members.split(",")}
+    for function in (answers.make_math_reward, answers.answers_match, answers.MathReward.__init__):
+        header = inspect.getsource(function).split('"""', 1)[0]  # the signature, as the API page renders it
+        assert "DEFAULT_" not in header, function.__qualname__
+        parameters = inspect.signature(function).parameters
+        assert parameters["timeout_s"].default == answers.DEFAULT_TIMEOUT_S
+        if "memory_limit_mb" in parameters:
+            assert parameters["memory_limit_mb"].default == answers.DEFAULT_MEMORY_LIMIT_MB

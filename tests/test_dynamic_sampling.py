@@ -144,6 +144,22 @@ def test_exhausted_budget_raises_with_counts(make_model, tokenizer, tmp_path):
     assert "dynamic_sampling_on_exhausted='fill'" in str(error.value)
 
 
+@pytest.mark.parametrize(
+    ("kinds", "says"),
+    [
+        (["wrong"], "the same reward, 0: if that is a fail, every group was all wrong"),
+        (["right"], "the same reward, 1:"),
+        (["wrong", "right"], "Of 16 groups, "),
+    ],
+)
+def test_no_informative_group_says_whether_all_were_wrong_or_right(make_model, tokenizer, tmp_path, kinds, says):
+    dataset = kinds_dataset(kinds, repeat=24)
+    trainer, _, _ = build(make_model, tokenizer, tmp_path, dataset, dynamic_sampling_max_rounds=2)
+    with pytest.raises(DynamicSamplingExhausted, match="0 informative") as error:
+        trainer.train()
+    assert says in str(error.value) and "trl-dapo check-reward" in str(error.value)
+
+
 def test_fill_masks_filled_groups_out_of_the_loss(make_model, tokenizer, tmp_path):
     # One varying prompt in twelve, one round: the batch (2 groups) cannot be filled with informative groups.
     dataset = kinds_dataset(["varying"] + ["right"] * 5 + ["wrong"] * 6, repeat=2)
@@ -200,15 +216,18 @@ def record_takes(trainer) -> list[tuple[int, int, list[int]]]:
     """(step, position before the take, indices) of every draw from the refill stream."""
     takes = []
     sampler = trainer.refill_sampler
-    original = sampler.take
+    cls = type(sampler)
 
-    def take(count):
-        position = sampler.taken
-        indices = original(count)
-        takes.append((trainer.state.global_step, position, list(indices)))
+    def take(self, count):
+        position = self.taken
+        indices = cls.take(self, count)
+        if self is trainer.refill_sampler:  # not the copies a round's preview draws from
+            takes.append((trainer.state.global_step, position, list(indices)))
         return indices
 
-    sampler.take = take
+    # A subclass, not an instance attribute: `copy.copy(stream)` (a preview) would copy a bound method that draws
+    # from this stream, and the preview would advance the real one.
+    sampler.__class__ = type("RecordingSampler", (cls,), {"take": take})
     return takes
 
 

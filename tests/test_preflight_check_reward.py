@@ -229,11 +229,58 @@ def test_cli_bad_input_is_one_line_and_status_2(tmp_path, capsys, argv, message)
     assert err[-1].startswith("trl-dapo check-reward: error:") and message in err[-1]
 
 
+CRASHING_REWARDS = """
+def boom(completions, **kwargs):
+    raise ValueError("kaboom")
+
+def two_for_one(completions, **kwargs):
+    return [1.0, 1.0]
+
+def words(completions, **kwargs):
+    return ["good"]
+"""
+
+
+@pytest.mark.parametrize(
+    ("reward", "first"),
+    [
+        ("boom", "ValueError: kaboom"),
+        ("two_for_one", "returned 2 rewards for 1 completion"),
+        ("words", "returned 'good' (str)"),
+    ],
+)
+def test_a_reward_that_would_crash_training_fails_the_check(tmp_path, monkeypatch, capsys, reward, first):
+    # Every call raises (or returns what TRL cannot turn into a reward tensor): no false positive can be found, but a
+    # training step would crash, so the verdict is FAIL (status 1) and the exception is named once.
+    (tmp_path / "crashing.py").write_text(CRASHING_REWARDS)
+    monkeypatch.chdir(tmp_path)
+    data = _write_dataset(tmp_path, ["42", "17"])
+    assert check_reward.main([f"crashing:{reward}", "--dataset", str(data)]) == 1
+    out = capsys.readouterr().out
+    crash_lines = [line for line in out.splitlines() if "raise" in line and line.startswith("DANGER")]
+    assert len(crash_lines) == 1 and first in crash_lines[0], out[-2000:]
+    assert "verdict: FAIL" in out
+
+
+def test_a_library_reward_without_its_column_is_bad_input_before_the_battery(tmp_path, capsys):
+    data = tmp_path / "math.jsonl"
+    data.write_text("".join(json.dumps({"question": f"{i}+1=", "answer": str(i + 1)}) + "\n" for i in range(3)))
+    assert check_reward.main(["code_reward", "--dataset", str(data)]) == 2
+    captured = capsys.readouterr()
+    (line,) = [line for line in captured.err.splitlines() if "check-reward" in line]  # the battery never started
+    assert line.startswith("trl-dapo check-reward: error: code_reward needs the unit tests") and "'tests'" in line
+    assert "columns present: ['answer', 'question']" in line  # the file's columns only, no synthesised prompt
+    assert "verdict" not in captured.out
+
+
 def test_help_lists_the_three_preflight_commands(capsys):
     with pytest.raises(SystemExit):
         cli_main.main(["--help"])
     out = capsys.readouterr().out
     assert "check-reward" in out and "profile" in out and "estimate" in out
+    rows = [line for line in out.splitlines() if line.startswith("  ") and line.split()[0] in cli_main.COMMANDS]
+    starts = {len(line) - len(line.split(maxsplit=1)[1]) for line in rows}
+    assert len(starts) == 1, rows  # the descriptions start in one column
     with pytest.raises(SystemExit):
         check_reward.main(["--help"])
     assert "false positive" in capsys.readouterr().out

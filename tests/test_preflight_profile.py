@@ -238,7 +238,7 @@ def test_recipe_supplies_the_settings_and_flags_override_them(tmp_path):
         (["--keep-band", "0.8", "0.2"], "--keep-band needs 0 <= LOW <= HIGH <= 1"),
         (["--reward", "no_such_reward"], "unknown reward function"),
         (["--prompt-column", "question"], "prompt_column 'question' is not a dataset column"),
-        (["--use-chat-template", "true", "--model", "{root}/nomodel"], "cannot load the tokenizer"),
+        (["--use-chat-template", "true", "--model", "{root}/nomodel"], "nomodel does not exist"),
         (["--dataset", "/no/such/data.jsonl"], "does not exist"),
         (["--config", "/no/such/recipe.yaml"], "recipe /no/such/recipe.yaml does not exist"),
     ],

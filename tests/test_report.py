@@ -215,6 +215,22 @@ def test_health_checks_warn_in_plain_language(tmp_path):
     assert "! groups/frac_all_min = 0.8" in report.summary
 
 
+def test_truncation_is_one_warning_and_a_flat_entropy_has_plain_tick_labels(tmp_path):
+    from trl_dapo_ext.cli.report.draw import build_figure
+    from trl_dapo_ext.cli.report.panels import panels_for
+
+    history = _synthetic_history()
+    for index, entry in enumerate(history):
+        entry.update({"completions/clipped_ratio": 0.5, "length/truncated_frac": 0.5, "entropy": 4.596 + 1e-6 * index})
+    report = build_report(_write_state(tmp_path, history))
+    assert sum("max_completion_length" in w for w in report.warnings) == 1
+    assert report.summary_path.read_text().endswith("\n")
+    figure = build_figure(history, [p for p in panels_for(history) if "ntropy" in p.title], None, "t")
+    figure.canvas.draw()
+    for ax in figure.axes:
+        assert ax.yaxis.get_offset_text().get_text() == "", ax.get_title()
+
+
 def test_unreadable_parquet_is_skipped_with_a_warning(tmp_path):
     run = _write_state(tmp_path, _synthetic_history())
     (run / "completions").mkdir()

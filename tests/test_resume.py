@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 
 import pytest
 import torch
 from test_dynamic_sampling import build, ds_logs, kinds_dataset, record_takes
+from transformers import TrainerCallback
 
+from trl_dapo_ext.cli.interrupts import INTERRUPTED_DIR, RunInterrupted, save_on_interrupt
 from trl_dapo_ext.dynamic_sampling.state import GENERATION_BUFFER_FILE, REFILL_STATE_FILE
 from trl_dapo_ext.metric_names import N
 
@@ -68,6 +71,45 @@ def test_resume_is_exact_with_the_default_planner_and_history_skipping(make_mode
     assert resumed_takes == [take for take in full_takes if take[0] >= 2]
     assert after_checkpoint(resumed) == after_checkpoint(full)
     assert untimed(steering_state(resumed)) == untimed(steering_state(full))
+
+
+class PressCtrlC(TrainerCallback):
+    """The user presses Ctrl-C (a real SIGINT) as step ``step`` begins."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if state.global_step + 1 == self.step:
+            os.kill(os.getpid(), signal.SIGINT)
+
+
+def test_a_run_stopped_by_ctrl_c_resumes_exactly_like_the_uninterrupted_run(make_model, tokenizer, tmp_path):
+    # The resume suite's comparison, with the checkpoint written by Ctrl-C in a run that saves none by itself.
+    dataset = kinds_dataset(["right", "varying", "right"], repeat=8)
+    full, _, _ = build(make_model, tokenizer, tmp_path / "full", dataset, **RESUME)
+    full_takes = record_takes(full)
+    full.train()
+
+    stopped, _, _ = build(make_model, tokenizer, tmp_path / "stopped", dataset, **{**RESUME, "save_strategy": "no"})
+    stopped.add_callback(PressCtrlC(step=2))
+    with pytest.raises(RunInterrupted) as interrupted:
+        with save_on_interrupt(stopped, str(tmp_path / "stopped" / INTERRUPTED_DIR)):
+            stopped.train()
+    checkpoint = tmp_path / "stopped" / "checkpoint-2"  # step 2 finished: the checkpoint is at a step boundary
+    assert interrupted.value.resumable and interrupted.value.folder == str(checkpoint)
+    for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json", REFILL_STATE_FILE):
+        assert (checkpoint / name).is_file(), name
+
+    resumed, _, _ = build(make_model, tokenizer, tmp_path / "resumed", dataset, **RESUME)
+    resumed_takes = record_takes(resumed)
+    resumed.train(resume_from_checkpoint=str(checkpoint))
+
+    assert resumed_takes == [take for take in full_takes if take[0] >= 2]
+    assert after_checkpoint(resumed) == after_checkpoint(full)
+    assert untimed(steering_state(resumed)) == untimed(steering_state(full))
+    for (name, ours), theirs in zip(resumed.model.named_parameters(), full.model.parameters()):
+        assert torch.equal(ours, theirs), name  # the optimizer's moments were restored too
 
 
 def test_state_is_written_where_the_rng_state_is_and_a_failed_write_raises(make_model, tokenizer, tmp_path):

@@ -252,6 +252,10 @@ class DAPOConfig(GRPOConfig):
         return self.advantage_estimator != "grpo" or self.reward_std != "sample"
 
     def __post_init__(self):
+        for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "num_generations"):
+            value = getattr(self, name)  # checked first: TRL fails on a negative size only deep inside the trainer
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value}")
         super().__post_init__()  # resolves steps_per_generation / generation_batch_size first
         self._validate_extension_fields()
 

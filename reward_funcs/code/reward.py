@@ -189,8 +189,8 @@ def make_code_reward(
     """Build a TRL reward function that runs each completion's code against its row's ``tests``.
 
     ``partial_credit``: reward = fraction of tests passed (else 1.0 only when all pass; the run then stops at the
-    first failing test). ``timeout_s``: wall time per test (CPU time is capped too). ``memory_mb``: address-space
-    limit per process. ``max_workers``: sandboxes run in parallel (default: CPUs available). ``float_tol``: numeric
+    first failing test). ``timeout_s``: wall time per test in seconds (CPU time is capped too). ``memory_mb``:
+    address-space limit per process in MiB. ``max_workers``: sandboxes run in parallel (default: CPUs available). ``float_tol``: numeric
     tolerance for stdout tokens and call-based values. ``isolation``: "auto", "namespaces" or "rlimits". Other
     limits: ``file_mb``, ``max_procs``, ``output_bytes``, ``site_packages``.
 

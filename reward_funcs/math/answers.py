@@ -34,6 +34,8 @@ FORMAT_REWARD_WEIGHT = 0.1
 """Default weight of the format reward. Weights must stay below 1.0 (a correct answer), so a well-formatted wrong
 answer always scores less than a correct one."""
 
+# The public signatures below write these defaults as numbers, so that the API page shows them (a test checks that
+# they agree with these names).
 DEFAULT_TIMEOUT_S = 5.0
 DEFAULT_MEMORY_LIMIT_MB = 2048
 GOLD_COLUMNS = ("answer", "solution")  # where math_reward finds the gold answer, in this order
@@ -205,7 +207,7 @@ def extract_final_answer(text: str) -> str | None:
 def answers_match(
     predicted: str | None,
     gold: str,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
+    timeout_s: float = 5.0,
     *,
     workers: int | None = None,
 ) -> bool:
@@ -231,10 +233,10 @@ class MathReward:
     def __init__(
         self,
         *,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
+        timeout_s: float = 5.0,
         workers: int | None = None,
         unanchored_fallback: bool = False,
-        memory_limit_mb: int = DEFAULT_MEMORY_LIMIT_MB,
+        memory_limit_mb: int = 2048,
         name: str = "math_reward",
     ) -> None:
         if not timeout_s > 0:
@@ -284,19 +286,20 @@ def _gold_column(kwargs: dict, name: str) -> list:
 
 def make_math_reward(
     *,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
+    timeout_s: float = 5.0,
     workers: int | None = None,
     unanchored_fallback: bool = False,
-    memory_limit_mb: int = DEFAULT_MEMORY_LIMIT_MB,
+    memory_limit_mb: int = 2048,
     name: str = "math_reward",
 ) -> MathReward:
     """A `math_reward` with other options.
 
-    - `timeout_s`: hard wall-clock limit per symbolic comparison (the worker is killed; the answer scores 0).
+    - `timeout_s`: hard wall-clock limit in seconds per symbolic comparison (the worker is killed; the answer scores
+      0).
     - `workers`: worker processes for symbolic comparisons (default: cores, at most 4).
     - `unanchored_fallback`: with no anchored answer, use the last number in the text (for base models only; it
       rewards a number that merely appears, so it is off by default).
-    - `memory_limit_mb`: address-space limit of each worker (0: none).
+    - `memory_limit_mb`: address-space limit of each worker in MiB (0: none).
 
     >>> reward = make_math_reward(unanchored_fallback=True, name="math_reward_base")
     >>> reward(["3 + 4 = 7"], answer=["7"]), reward.__name__

@@ -5,7 +5,8 @@ common answer formats (should score high), near misses, hedges, the gold mention
 substance, empty / huge / unicode / injection completions, the gold only inside unfinished reasoning, zero
 denominators and power towers; for code rewards, the cheats a sandbox must defeat (``sys.exit(0)``, ``SkipTest``,
 objects equal to everything, ...). It prints one table row per category and the dangerous findings, and exits
-with status 1 when a completion that should fail was rewarded (a false positive), so it can gate a run:
+with status 1 when a completion that should fail was rewarded (a false positive) or the reward raised (it would
+crash a training step), so it can gate a run:
 
     trl-dapo check-reward math_reward --dataset data/train.jsonl --answer-column answer
     trl-dapo check-reward trl.rewards.accuracy_reward --dataset data/train.jsonl      # needs a `solution` column
@@ -24,7 +25,7 @@ REWARD is a library name (as in a recipe's ``reward_funcs``), or a dotted path t
 Each call gets ``prompts``, ``completions`` (chat messages when the prompts are conversational) and the row's
 columns as keyword arguments, one completion per call, as TRL's GRPOTrainer passes them.
 
-Exit status: 0 no false positive, 1 a false positive in a gating category, 2 bad input.
+Exit status: 0 no false positive, 1 a false positive in a gating category or an exception, 2 bad input.
 """
 
 from __future__ import annotations
@@ -101,6 +102,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         help="completions as chat messages or plain text (auto: like TRL, chat when the prompts are)",
     )
     parser.add_argument("--json", default=None, metavar="PATH", help="also write every case's verdict to PATH")
+    parser.add_argument("--debug", action="store_true", help="on an error, also print its traceback")
     return parser
 
 
@@ -165,12 +167,13 @@ def load_rows(options) -> tuple[list[dict], str, str]:
 
 def main(argv: list[str] | None = None, prog: str = "trl-dapo check-reward") -> int:
     """Run `trl-dapo check-reward`; 0 clean, 1 a false positive, 2 bad input (one line on stderr)."""
+    from trl_dapo_ext.cli.errors import report_error
+
     options = _parser(prog).parse_args(argv)
     try:
         return run(options)
     except CheckError as error:
-        print(f"{prog}: error: {error}", file=sys.stderr)
-        return 2
+        return report_error(prog, error, options.debug)
 
 
 def run(options) -> int:
@@ -187,6 +190,7 @@ def run(options) -> int:
     else:
         rows, gold, prompt_column = load_rows(options)
         (kind, cases), source = _battery(options, rows, gold), options.dataset
+    _check_columns(reward, [column for column in rows[0] if column != prompt_column])
     fmt = options.completion_format
     chat = isinstance(rows[0].get(prompt_column), list) if fmt == "auto" else fmt == "chat"
     name = getattr(reward, "__name__", options.reward)
@@ -207,6 +211,20 @@ def run(options) -> int:
     if options.json:
         _write_json(Path(options.json), results)
     return 1 if verdict else 0
+
+
+def _check_columns(reward, columns: list[str]) -> None:
+    """Before the battery: a library reward (`math_reward`, `code_reward`, ...) finds the column it grades against.
+
+    Without it every call would raise the same `MissingColumnError`; this says so once, naming the missing column and
+    the columns the reward would get (the prompt goes to ``prompts``, not as a column), as `trl-dapo train` does.
+    """
+    from trl_dapo_ext.cli.train import TrainError, check_reward_columns
+
+    try:
+        check_reward_columns([reward], columns)
+    except TrainError as error:
+        raise CheckError(str(error)) from None
 
 
 def load_labelled(options) -> tuple[list[dict], list, str, str]:

@@ -76,6 +76,11 @@ def read_recipe(path: str) -> dict[str, Any]:
         raise EstimateError(f"{path} is not valid YAML: {error}") from None
     if not isinstance(values, dict):
         raise EstimateError(f"{path} must be a mapping of keys to values (a trl-dapo train recipe)")
+    from trl_dapo_ext.cli.train.arguments import known_keys, unknown_key_error
+
+    unknown = sorted(set(values) - set(known_keys()))
+    if unknown:  # a misspelt key would be silently left at its default, as `trl-dapo train` refuses
+        raise EstimateError(f"{path}: {unknown_key_error(unknown, 'recipe')}")
     return values
 
 
@@ -136,6 +141,18 @@ def read_profile(path: str) -> dict[str, Any]:
     return summary
 
 
+def parameter_count(count: float) -> str:
+    """A parameter count in the unit that keeps three significant digits readable.
+
+    >>> parameter_count(1.5e9), parameter_count(135e6), parameter_count(482_000), parameter_count(512)
+    ('1.500B', '135.0M', '482.0K', '512')
+    """
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if count >= size:
+            return f"{count / size:.{3 if unit == 'B' else 1}f}{unit}"
+    return f"{count:.0f}"
+
+
 def main(argv: list[str] | None = None, prog: str = "trl-dapo estimate") -> int:
     """Run `trl-dapo estimate`; 0 on success, 2 on bad input (one line on stderr)."""
     options = _parser(prog).parse_args(argv)
@@ -170,7 +187,7 @@ def run(options) -> str:
     except (ValueError, TypeError) as error:
         raise EstimateError(f"{options.config}: {error}") from None
     lines = [
-        f"model {shape.name}: {shape.parameters() / 1e9:.3f}B parameters, {shape.layers} layers, "
+        f"model {shape.name}: {parameter_count(shape.parameters())} parameters, {shape.layers} layers, "
         f"{shape.kv_heads} KV heads x {shape.head_dim}; KV cache {result.kv_per_position / 2**10:.1f} KiB per position",
         f"recipe {options.config}: {recipe.step_completions} completions per process per step "
         f"(G = {recipe.num_generations}), generation batch {recipe.generation_batch}, "

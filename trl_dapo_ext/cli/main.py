@@ -32,7 +32,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def _parser() -> argparse.ArgumentParser:
-    listing = "\n".join(f"  {name:<10} {description}" for name, (_, description) in COMMANDS.items())
+    width = max(map(len, COMMANDS))
+    listing = "\n".join(f"  {name:<{width}}  {description}" for name, (_, description) in COMMANDS.items())
     parser = argparse.ArgumentParser(
         prog="trl-dapo",
         description="DAPO extensions for TRL's GRPOTrainer: command-line tools.",

@@ -122,6 +122,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument(
         "--keep-band", nargs=2, type=float, metavar=("LOW", "HIGH"), help="write filtered.jsonl: pass rate in band"
     )
+    parser.add_argument("--debug", action="store_true", help="on an error, also print its traceback")
     return parser
 
 
@@ -158,7 +159,10 @@ def _read_recipe(path: str) -> dict[str, Any]:
     file = Path(path).expanduser()
     if not file.is_file():
         raise ProfileError(f"recipe {path} does not exist")
-    values = yaml.safe_load(file.read_text())
+    try:
+        values = yaml.safe_load(file.read_text())
+    except yaml.YAMLError as error:
+        raise ProfileError(f"{path} is not valid YAML: {error}") from None
     if not isinstance(values, dict):
         raise ProfileError(f"{path} must be a mapping of keys to values (a trl-dapo train recipe)")
     return values
@@ -278,18 +282,23 @@ def score(
     columns = {key: [row[key] for row in rows] for key in rows[0] if key not in ("prompt", "completion")}
     totals: list[float | None] = [None] * len(completions)
     for reward in rewards:
-        values = reward(
-            prompts=prompts,
-            completions=list(completions),
-            completion_ids=list(ids),
-            trainer_state=None,
-            log_extra=_noop,
-            log_metric=_noop,
-            **columns,
-        )
+        name = getattr(reward, "__name__", reward)
+        try:
+            values = reward(
+                prompts=prompts,
+                completions=list(completions),
+                completion_ids=list(ids),
+                trainer_state=None,
+                log_extra=_noop,
+                log_metric=_noop,
+                **columns,
+            )
+        except Exception as error:  # noqa: BLE001 - the user's reward: one line (trl-dapo check-reward tests it)
+            raise ProfileError(
+                f"reward {name} raised: {type(error).__name__}: {error} (trl-dapo check-reward {name} tests it)"
+            ) from error
         values = list(values)
         if len(values) != len(completions):
-            name = getattr(reward, "__name__", reward)
             raise ProfileError(f"reward {name} returned {len(values)} values for {len(completions)} completions")
         for i, value in enumerate(values):
             if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -378,6 +387,12 @@ def load_policy(options):
     """Tokenizer (left-padded, as TRL) and, for the transformers backend, the model on the GPU when there is one."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from trl_dapo_ext.cli.train import TrainError, check_local_path
+
+    try:
+        check_local_path(options.model, "--model")
+    except TrainError as error:
+        raise ProfileError(str(error)) from None
     try:
         tokenizer = AutoTokenizer.from_pretrained(options.model, padding_side="left")
     except (OSError, ValueError) as error:
@@ -429,12 +444,14 @@ def write_filtered(dataset, indices: list[int], script, path: Path) -> None:
 
 def main(argv: list[str] | None = None, prog: str = "trl-dapo profile") -> int:
     """Run `trl-dapo profile`; 0 on success, 2 on bad input (one line on stderr)."""
+    from trl_dapo_ext.cli.errors import report_error
+
+    debug = "--debug" in (argv or [])
     try:
         options = parse_options(argv, prog)
         print(run(options))
     except ProfileError as error:
-        print(f"{prog}: error: {error}", file=sys.stderr)
-        return 2
+        return report_error(prog, error, debug)
     return 0
 
 

@@ -51,6 +51,39 @@ class DynamicSamplingExhausted(RuntimeError):
     """The round budget ran out before the batch held enough informative groups (``on_exhausted="error"``)."""
 
 
+def no_contrast_cause(totals: GroupCounts, reward_range: list[float]) -> str:
+    """With no informative group at all: whether the groups were all wrong or all right, and what usually causes it.
+
+    >>> no_contrast_cause(GroupCounts(attempted=6, all_min=6), [0.0, 1.0])  # doctest: +ELLIPSIS
+    'Every group was all wrong (6 of 6): usually a format or verifier mismatch ... '
+    >>> no_contrast_cause(GroupCounts(attempted=6, other=6), [0.0, 0.0])  # doctest: +ELLIPSIS
+    'Every completion got the same reward, 0: ...'
+    """
+    low, high = reward_range
+    if low == high:  # one value seen: all wrong and all right cannot be told apart by the range, say both
+        return (
+            f"Every completion got the same reward, {low:g}: if that is a fail, every group was all wrong, usually a "
+            "format or verifier mismatch (the completions never give the answer the way the reward reads it); if a "
+            "pass, every group was all right (prompts too easy, or a reward that pays everything). trl-dapo "
+            "check-reward REWARD --dataset DATA tests the reward on your golds. "
+        )
+    if totals.all_min == totals.attempted:
+        return (
+            f"Every group was all wrong ({totals.all_min} of {totals.attempted}): usually a format or verifier mismatch "
+            "(the completions never give the answer the way the reward reads it, or the gold column is not what it "
+            "expects); trl-dapo check-reward REWARD --dataset DATA tests the reward on your golds. "
+        )
+    if totals.all_max == totals.attempted:
+        return (
+            f"Every group was all right ({totals.all_max} of {totals.attempted}): the prompts are too easy, or the "
+            "reward pays everything (trl-dapo check-reward REWARD --dataset DATA finds its false positives). "
+        )
+    return (
+        f"Of {totals.attempted} groups, {totals.all_min} were all wrong, {totals.all_max} all right and "
+        f"{totals.other} zero-variance otherwise; trl-dapo check-reward REWARD --dataset DATA tests the reward. "
+    )
+
+
 class GroupCounts(NamedTuple):
     """Prompt groups of a step's rounds (global), by what they turned out to be."""
 
@@ -558,9 +591,9 @@ class DynamicSamplingMixin(AssemblyMixin, StateMixin):
         )
         return (
             f"{where}: {totals.attempted} prompt groups attempted, {totals.informative} informative, retained per "
-            f"process {retained_per_process.tolist()} of {target} needed{unscored.note(self.reward_func_names)}. Raise "
-            f"{limits}, use prompts of mixed difficulty, or set dynamic_sampling_on_exhausted='fill' to train on a "
-            "partly filled batch."
+            f"process {retained_per_process.tolist()} of {target} needed{unscored.note(self.reward_func_names)}. "
+            f"{no_contrast_cause(totals, self._reward_range) if totals.informative == 0 else ''}Raise {limits}, use prompts of mixed "
+            "difficulty, or set dynamic_sampling_on_exhausted='fill' to train on a partly filled batch."
         )
 
     def _warn_fill_once(self, rounds: int, retained_per_process, target: int, unscored: _Unscored) -> None:

@@ -5,7 +5,9 @@ interrupted and counted as a *timeout* (it would stall one). The interruption is
 main thread, so it stops Python code, sleeps and waits; code stuck in native code that never returns to the
 interpreter is stopped by :func:`hard_deadline` instead, which ends the process with a traceback.
 
-A false positive is a case that should fail (every category but ``correct``) scoring at least ``threshold``.
+A false positive is a case that should fail (every category but ``correct``) scoring at least ``threshold``. The
+check fails on a false positive in a gating category, and on any exception (a reward that raises, returns the wrong
+number of rewards or something other than a number would crash the training step that calls it).
 
 Example:
     >>> from trl_dapo_ext.preflight.battery import math_cases
@@ -235,12 +237,31 @@ def summarize(results: Sequence[CaseResult], threshold: float = DEFAULT_THRESHOL
 
 
 def failed(table: dict[str, CategoryRow]) -> bool:
-    """Whether the battery found a false positive in a gating category (the command then exits with status 1)."""
-    return any(row.false_positives for name, row in table.items() if name not in NOT_GATING)
+    """Whether the battery found a false positive in a gating category, or the reward raised on any case (it would
+    crash a training step); the command then exits with status 1."""
+    return any(row.exceptions for row in table.values()) or any(
+        row.false_positives for name, row in table.items() if name not in NOT_GATING
+    )
+
+
+def exception_finding(results: Sequence[CaseResult]) -> str | None:
+    """One line for every exception of the run: how many calls raised, and the first exception (None if none did).
+
+    A reward that raises usually raises on every call, so one line per category would repeat the same message.
+    """
+    errors = [r for r in results if r.error is not None]
+    if not errors:
+        return None
+    first = errors[0]
+    return (
+        f"DANGER: the reward raised on {len(errors)}/{len(results)} calls (a training step would crash); first, on "
+        f"{first.case.category} / {first.case.name}: {first.error}"
+    )
 
 
 def findings(results: Sequence[CaseResult], threshold: float = DEFAULT_THRESHOLD) -> list[str]:
-    """Lines naming what went wrong, most dangerous first: false positives, timeouts, exceptions, rejected golds."""
+    """Lines naming what went wrong, most dangerous first: exceptions (one line), false positives, timeouts, rejected
+    golds."""
     by_name: dict[tuple[str, str], list[CaseResult]] = {}
     for r in results:
         by_name.setdefault((r.case.category, r.case.name), []).append(r)
@@ -257,9 +278,6 @@ def findings(results: Sequence[CaseResult], threshold: float = DEFAULT_THRESHOLD
         timeouts = sum(r.timed_out for r in group)
         if timeouts:
             danger.append(f"DANGER: timeout, {category} / {name}: {timeouts}/{n} calls (a training step would stall)")
-        errors = [r for r in group if r.error is not None]
-        if errors:
-            danger.append(f"DANGER: exception, {category} / {name}: {len(errors)}/{n} calls, {errors[0].error}")
         if category in SHOULD_PASS:
             rejected = [r for r in group if r.score is not None and r.score < threshold]
             nones = sum(r.score is None and r.error is None and not r.timed_out for r in group)
@@ -271,7 +289,8 @@ def findings(results: Sequence[CaseResult], threshold: float = DEFAULT_THRESHOLD
                 )
             if nones:
                 warn.append(f"warning: reward None, {category} / {name}: {nones}/{n} (gold not parseable?)")
-    return danger + warn
+    crashed = exception_finding(results)
+    return ([crashed] if crashed else []) + danger + warn
 
 
 def format_table(table: dict[str, CategoryRow]) -> str:

@@ -95,6 +95,8 @@ def _draw_panel(ax, history, panel: Panel) -> int:
         style = "--" if series.right else "-"
         marker = "o" if len(y) < 30 else None
         target.plot(x, y, style, color=f"C{index % 10}", marker=marker, markersize=3, label=series.label)
+    for axis in (ax, right_ax):
+        _plain_tick_labels(axis)
     handles, labels = ax.get_legend_handles_labels()
     if right_ax is not None:
         more_handles, more_labels = right_ax.get_legend_handles_labels()
@@ -113,6 +115,15 @@ def _draw_panel(ax, history, panel: Panel) -> int:
         borderaxespad=0.0,
     )
     return math.ceil(len(handles) / LEGEND_COLUMNS)
+
+
+def _plain_tick_labels(axis) -> None:
+    """Tick labels as the values themselves: matplotlib would write a nearly flat series (entropy 4.5960 to 4.5961)
+    as ``1e-5`` ticks plus an offset label ``+4.596`` above the panel."""
+    from matplotlib.ticker import ScalarFormatter
+
+    if axis is not None and isinstance(axis.yaxis.get_major_formatter(), ScalarFormatter):
+        axis.ticklabel_format(axis="y", useOffset=False, style="plain")
 
 
 def _draw_stacked(ax, stacked) -> None:

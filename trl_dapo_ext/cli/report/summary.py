@@ -27,11 +27,14 @@ for _key, *_ in _CHECKS:
 
 def health_checks(history: list[dict[str, float]]) -> list[str]:
     """Plain-language warnings from the recent values (mean of the last 10% of logged points, at least one)."""
-    warnings = []
+    warnings, said = [], set()
     for key, direction, threshold, message in _CHECKS:
         recent = _recent(history, key)
+        if message in said:  # TRL's clipped_ratio and our truncated_frac measure one problem: warn once
+            continue
         if recent is not None and (recent > threshold if direction == "gt" else recent < threshold):
             warnings.append(f"{key} = {recent:.3g}: {message}")
+            said.add(message)
     _, entropy = metric_points(history, "entropy")
     if len(entropy) >= 2 and entropy[0] > 0 and _recent(history, "entropy") < 0.3 * entropy[0]:
         warnings.append("entropy fell below 30% of its first value: the policy may be collapsing")

@@ -23,8 +23,8 @@ names, or give a dotted import path (`my_package.rewards.my_reward`) as TRL's ow
 Before the model loads, the recipe is checked and every problem is one line (exit status 2): a misspelt key (with
 the closest known one), an unknown reward name, a dataset without the column a library reward grades against (and
 the `answer_column` / `tests_column` that maps it), `use_vllm` without vLLM, a `max_completion_length` beyond the
-model's context. Ctrl-C during training saves the model and trainer state in `output_dir/interrupted` and exits
-with status 130.
+model's context. Ctrl-C during training finishes the step, saves a full checkpoint (`output_dir/checkpoint-N`),
+prints the command that resumes from it and exits with status 130 (a second Ctrl-C: at once, the model only).
 
 After training the model (the LoRA adapter with `use_peft`) and `trainer_state.json` are saved in `output_dir`,
 with `train_summary.json` (steps, wall time, steps/s, peak GPU memory) and, when matplotlib is installed, the
@@ -44,7 +44,7 @@ from .arguments import (
     make_parser,
     parse_args,
 )
-from .data import DATA_FILE_TYPES, load_train_dataset, prepare_dataset
+from .data import DATA_FILE_TYPES, check_local_path, load_train_dataset, prepare_dataset
 from .model import (
     check_context_length,
     check_generation_backend,
@@ -61,6 +61,7 @@ __all__ = [
     "TrainScriptArguments",
     "check_context_length",
     "check_generation_backend",
+    "check_local_path",
     "check_reward_columns",
     "known_keys",
     "load_tokenizer",

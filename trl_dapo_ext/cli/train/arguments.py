@@ -119,7 +119,8 @@ transformers.TrainingArguments field (batch sizes, learning rate, generation, vL
 
 HELP_EPILOG = """\
 After training, output_dir holds the model (or LoRA adapter), trainer_state.json, train_summary.json and the
-report.png dashboard. Ctrl-C saves the model and trainer state in output_dir/interrupted and exits with status 130."""
+report.png dashboard. Ctrl-C finishes the step, saves a full checkpoint (output_dir/checkpoint-N), prints the
+command that resumes from it and exits with status 130."""
 
 # (title, dataclass, fields of a parent to leave out) of the help's groups, in order; the rest stays TRL's group.
 _OWN_GROUPS: tuple[tuple[str, type, type | None], ...] = (
@@ -178,7 +179,7 @@ def known_keys() -> list[str]:
     return [name for cls in (TrainScriptArguments, DAPOConfig, ModelConfig) for name in _field_names(cls)]
 
 
-def _unknown_key_error(keys: list[str], source: str) -> TrainError:
+def unknown_key_error(keys: list[str], source: str) -> TrainError:
     known = known_keys()
     dashes = "--" if source == "flag" else ""
     parts = []
@@ -203,12 +204,12 @@ def parse_args(argv: list[str] | None, prog: str | None = None):
         argv, return_remaining_strings=True, separate_remaining_strings=True
     )
     if config_left:  # ["--key", "value", ...] for each recipe key no dataclass has
-        raise _unknown_key_error([item[2:] for item in config_left[::2]], "recipe")
+        raise unknown_key_error([item[2:] for item in config_left[::2]], "recipe")
     if flags_left:
         names = [item.lstrip("-").split("=", 1)[0] for item in flags_left if item.startswith("-")]
         if not names:
             raise TrainError(f"unexpected arguments {flags_left}: options are --KEY VALUE pairs")
-        raise _unknown_key_error(names, "flag")
+        raise unknown_key_error(names, "flag")
     try:
         parse_threads(str(parsed[0].threads))
     except argparse.ArgumentTypeError as error:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -12,12 +13,13 @@ from typing import Any
 
 from trl import ModelConfig
 
+from trl_dapo_ext.cli.errors import pop_debug, report_error
 from trl_dapo_ext.cli.interrupts import INTERRUPTED_DIR, RunInterrupted, report_interrupt, save_on_interrupt
 from trl_dapo_ext.config import DAPOConfig
 from trl_dapo_ext.cpu_threads import parse_threads, set_cpu_threads
 
 from .arguments import TrainError, TrainScriptArguments, parse_args
-from .data import load_train_dataset
+from .data import check_local_path, load_train_dataset
 from .model import check_context_length, check_generation_backend, load_tokenizer, model_loading_kwargs
 from .rewards import check_reward_columns, resolve_reward_funcs
 
@@ -26,8 +28,8 @@ def train(script_args: TrainScriptArguments, training_args: DAPOConfig, model_ar
     """Build the trainer from parsed arguments, train, save, and return the run summary (also `train_summary.json`).
 
     Everything that can be checked before the model loads is: reward names and their dataset columns, the vLLM
-    backend, the completion budget against the model's context. Ctrl-C during training saves the model and trainer
-    state into ``output_dir/interrupted`` and raises `RunInterrupted`.
+    backend, the completion budget against the model's context. Ctrl-C during training saves a checkpoint
+    (`trl_dapo_ext.cli.interrupts`) and raises `RunInterrupted`.
     """
     import torch
 
@@ -68,9 +70,7 @@ def _build_trainer(script_args: TrainScriptArguments, training_args: DAPOConfig,
     if not model_args.model_name_or_path:
         raise TrainError("model_name_or_path is required (a hub id or a local folder written by save_pretrained)")
     reward_funcs = resolve_reward_funcs(script_args.reward_funcs)
-    name = model_args.model_name_or_path
-    if name.startswith((".", "/", "~")) and not Path(name).expanduser().exists():
-        raise TrainError(f"model_name_or_path {name} does not exist")
+    check_local_path(model_args.model_name_or_path, "model_name_or_path")
     check_generation_backend(training_args)
     model_kwargs = model_loading_kwargs(model_args, training_args)
     check_context_length(model_args, training_args)
@@ -142,20 +142,46 @@ def _draw_report(output: Path) -> None:
 
 
 def main(argv: list[str] | None = None, prog: str = "trl-dapo train") -> int:
-    """Run `trl-dapo train` with ``argv``; 0 on success, 2 on a recipe or input problem (one line on stderr), 130
-    on Ctrl-C (after saving the model and trainer state of an interrupted run)."""
+    """Run `trl-dapo train` with ``argv``; 0 on success, 2 on a recipe or input problem (one line on stderr), 1 when
+    a reward function raised (one line), 130 on Ctrl-C (after saving a checkpoint). ``--debug`` adds the traceback."""
+    import yaml
+
+    from trl_dapo_ext import RewardFunctionError
+
+    argv, debug = pop_debug(sys.argv[1:] if argv is None else list(argv))
     try:
         script_args, training_args, model_args = parse_args(argv, prog)
-    except ValueError as error:
-        # Config validation (DAPOConfig, TrainingArguments, an unknown YAML key) explains itself in one message.
-        print(f"{prog}: error: {error}", file=sys.stderr)
-        return 2
+    except (ValueError, OSError, yaml.YAMLError) as error:
+        # Config validation (DAPOConfig, TrainingArguments, an unknown YAML key), a missing or unparsable recipe.
+        return report_error(prog, error, debug)
     try:
         train(script_args, training_args, model_args)
     except TrainError as error:
-        print(f"{prog}: error: {error}", file=sys.stderr)
-        return 2
+        return report_error(prog, error, debug)
+    except RewardFunctionError as error:
+        return report_error(prog, error, debug, status=1)
     except (RunInterrupted, KeyboardInterrupt) as error:
         # A bare KeyboardInterrupt comes from before training: loading the model, the tokenizer or the data.
-        return report_interrupt(error, prog, nothing_saved="training had not started, nothing was saved")
+        status = report_interrupt(error, prog, nothing_saved="training had not started, nothing was saved")
+        if isinstance(error, RunInterrupted) and error.resumable:
+            print(f"resume with: {resume_command(prog, argv, error.folder)}", file=sys.stderr, flush=True)
+        return status
     return 0
+
+
+def resume_command(prog: str, argv: list[str] | None, checkpoint: str) -> str:
+    """The command line that resumes this run from ``checkpoint``: the same arguments, ``--resume_from_checkpoint``
+    replaced.
+
+    >>> resume_command("trl-dapo train", ["--config", "r.yaml", "--resume_from_checkpoint", "old"], "runs/x/checkpoint-4")
+    'trl-dapo train --config r.yaml --resume_from_checkpoint runs/x/checkpoint-4'
+    """
+    kept, skip = [], False
+    for item in sys.argv[1:] if argv is None else argv:
+        if skip:
+            skip = False
+        elif item == "--resume_from_checkpoint":
+            skip = True
+        elif not item.startswith("--resume_from_checkpoint="):
+            kept.append(item)
+    return shlex.join([*prog.split(), *kept, "--resume_from_checkpoint", checkpoint])
