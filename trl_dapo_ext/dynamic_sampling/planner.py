@@ -487,6 +487,42 @@ def beta_binomial_head(trials: Sequence[int], alpha: float, beta: float, limit: 
     return head
 
 
+def beta_binomial_rows(trials: Sequence[int], alpha: float, beta: float, limit: int) -> np.ndarray:
+    """:func:`beta_binomial_head` from shared tables: no logarithm per entry, for many long rows at once.
+
+    ``log P(Y_n = y) = log P(Y_n = 0) + R[y] + F[n] - F[n - y]`` with the running sums
+    ``R[y] = sum_{i<y} log((i + alpha) / (i + 1))`` and ``F[k] = sum_{j<=k} log(j / (j - 1 + beta))``: the ratio of
+    consecutive terms splits into a part in ``y`` and a part in ``n - y``. Each entry is then three look-ups and one
+    ``exp`` (the direct form takes four logarithms and a running sum per entry). Equal to
+    :func:`beta_binomial_head` up to rounding (about 1e-12 relative); the fast search uses it, the direct one keeps
+    :func:`beta_binomial_head`.
+
+    Example:
+        >>> beta_binomial_rows([2, 3], 1.0, 1.0, limit=2).round(3).tolist()  # uniform rate: 1/(n+1) per count
+        [[0.333, 0.333, 0.333], [0.25, 0.25, 0.5]]
+    """
+    if alpha <= 0 or beta <= 0 or limit < 0:
+        raise ValueError(f"need alpha, beta > 0 and limit >= 0, got {alpha}, {beta}, {limit}")
+    counts = np.asarray(trials, dtype=int)
+    if len(counts) == 0:
+        return np.zeros((0, limit + 1))
+    top = int(counts.max())
+    k = np.arange(top, dtype=float)
+    first = np.concatenate(([0.0], np.cumsum(np.log(k + beta) - np.log(k + alpha + beta))))  # log P(Y_n = 0)
+    y = np.arange(limit, dtype=float)
+    rising = np.concatenate(([0.0], np.cumsum(np.log(y + alpha) - np.log(y + 1))))[:limit]
+    falling = np.concatenate(([0.0], np.cumsum(np.log(k + 1) - np.log(k + beta))))
+    gap = counts[:, None] - np.arange(limit)[None, :]  # n - y; counts past n are impossible
+    logs = (first[counts] + falling[counts])[:, None] + rising[None, :] - falling[np.clip(gap, 0, None)]
+    logs[gap < 0] = -np.inf
+    # exp() is ~40x slower where its result is subnormal, and most entries of long rows are: entries below
+    # e^-700 (1e-304) are set to 0, which moves any sum of them by less than 1e-300.
+    head = np.empty((len(counts), limit + 1))
+    head[:, :limit] = np.where(logs > -700.0, np.exp(np.maximum(logs, -700.0)), 0.0)
+    head[:, limit] = np.clip(1.0 - head[:, :limit].sum(axis=1), 0.0, 1.0)  # P(Y >= limit)
+    return head
+
+
 def at_least_probability(needed: int, sources: list[tuple[int, float, float]]) -> float:
     """``P(Y_1 + ... + Y_k >= needed)`` for independent Beta-Binomial ``Y_i`` given as ``(trials, alpha, beta)``.
 
@@ -507,6 +543,90 @@ def at_least_probability(needed: int, sources: list[tuple[int, float, float]]) -
     tail = np.append(np.cumsum(last[::-1])[::-1], 0.0)  # tail[k] = P(largest >= k)
     shortfall = np.clip(needed - np.arange(len(distribution)), 0, len(last))
     return float(min(1.0, np.dot(distribution, tail[shortfall])))
+
+
+# --- scoring many round sizes at once (the planner's fast search) ---------------------------------------------------
+
+Scorer = Callable[[list[int]], tuple[np.ndarray, np.ndarray]]  # refill counts -> (E[values[m']], fill chance)
+
+
+def own_distribution(
+    need: int, strata: tuple[tuple[str, int], ...], posteriors: dict[str, tuple[float, float]], limit: int
+) -> np.ndarray:
+    """``P(Y = y)`` for ``y < need``, ``Y`` the informative count of a process's own groups (``(stratum, count)``).
+
+    Counts of ``need`` and more fill the process however they combine with refill groups, so every law is cut to
+    its first ``need`` entries (``need`` of them: the result is padded with zeros).
+
+    Example:
+        >>> own_distribution(2, (("a", 1),), {"a": (1.0, 1.0)}, limit=2).tolist()  # one group, uniform rate
+        [0.5, 0.5]
+    """
+    distribution = np.ones(1)
+    for stratum, trials in strata:
+        head = _beta_binomial_head(trials, *posteriors[stratum], limit)
+        distribution = fft_convolve(distribution[:need], head[:need])[:need]
+    return np.concatenate((distribution, np.zeros(need - len(distribution))))
+
+
+def one_short_scorer(
+    distribution: np.ndarray, need: int, refill: tuple[float, float], values: np.ndarray
+) -> Scorer:
+    """Scores of refill counts when a single process is short by ``need``: linear in the refill count's law.
+
+    The next shortfall is ``(need - O - R)^+`` (``O`` own, ``R`` refill informative counts, independent), so
+    ``E[values[m']] = sum_r P(R = r) W[r]`` with ``W[r] = sum_o P(O = o) values[need - r - o]`` over
+    ``r + o < need`` (and ``values[0]`` when the process fills): ``W`` is one FFT correlation per decision, and each
+    candidate costs one Beta-Binomial row and one dot product, O(L). ``distribution``: :func:`own_distribution`.
+
+    Example:
+        >>> scorer = one_short_scorer(np.array([1.0]), 1, (1.0, 1.0), np.array([0.0, 10.0]))  # no own groups
+        >>> [a.round(3).tolist() for a in scorer([0, 1])]  # 0 refill groups: short; 1: informative half the time
+        [[10.0, 5.0], [0.0, 0.5]]
+    """
+    own = np.zeros(need)
+    own[: min(len(distribution), need)] = distribution[:need]
+    weights = fft_convolve(own[::-1], values[need:0:-1])[need - 1 : 2 * need - 1]  # values[need - s] at s
+    misses = np.cumsum(own)[::-1]  # misses[r] = P(O < need - r): the process stays short with r refill ones
+
+    def score(refills: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        rows = beta_binomial_rows(refills, *refill, need)[:, :need]
+        fill = np.clip(1.0 - rows @ misses, 0.0, 1.0)
+        return rows @ weights + fill * values[0], fill
+
+    return score
+
+
+def many_short_scorer(
+    owned: list[tuple[int, np.ndarray, int]], limit: int, refill: tuple[float, float], values: np.ndarray
+) -> Scorer:
+    """Scores of refill counts when several processes are short: ``owned`` holds ``(need, own distribution,
+    processes alike)`` (processes with the same shortfall and strata are one factor raised to their number).
+
+    The next shortfall is the largest one left, so ``P(m' <= j)`` is the product of the processes' chances to
+    bring at least ``need - j``; each distinct process costs one batch of FFT convolutions of its own law with the
+    candidates' refill rows, O(L log L) per candidate.
+    """
+    transforms = []
+    for need, distribution, count in owned:
+        size = 1 << max(2 * need - 2, 0).bit_length()
+        transforms.append((need, np.fft.rfft(distribution[:need], size), size, count))
+    shortfalls = np.arange(limit + 1)
+
+    def score(refills: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        rows = beta_binomial_rows(refills, *refill, limit)  # trials 0: all mass on 0
+        cdf = np.ones((len(refills), limit + 1))  # P(m' <= j): every process short by at most j
+        for need, transform, size, count in transforms:
+            spread = np.fft.irfft(transform[None, :] * np.fft.rfft(rows[:, :need], size, axis=1), size, axis=1)
+            below = np.maximum(spread[:, :need], 0.0)
+            # tail[t] = P(Y >= t) = 1 - P(Y < t) for t = 0..need
+            tail = np.clip(1.0 - np.cumsum(below, axis=1), 0.0, 1.0)
+            tail = np.concatenate((np.ones((len(refills), 1)), tail), axis=1)
+            cdf *= tail[:, np.clip(need - shortfalls, 0, None)] ** count
+        pmf = np.diff(cdf, axis=1, prepend=0.0)
+        return pmf @ values, pmf[:, 0]
+
+    return score
 
 
 Strata = Sequence[str]  # one stratum name per prompt group
@@ -823,14 +943,14 @@ class RefillPlanner:
         round cap, one direct convolution per process and candidate) and scores every size between the coarse grid's
         neighbours of its best point: about O(L^3) per decision. Here:
 
-        * only the Beta-Binomial rows a candidate uses are computed (cached);
-        * a process's own groups are convolved once per decision, and each candidate adds its refill groups with
-          one FFT convolution (:func:`fft_convolve`);
-        * processes with the same shortfall and strata are one factor raised to their number;
+        * only the Beta-Binomial rows a candidate uses are computed, from shared tables (:func:`beta_binomial_rows`);
+        * a process's own groups are convolved with the values once per decision (:func:`fft_convolve`): with one
+          process short, a candidate's score is then one dot product with its refill row (:func:`one_short_scorer`,
+          O(L)); with several, one FFT convolution per candidate and distinct process (:func:`many_short_scorer`);
         * the refinement scores only the sizes that can still beat the best one (:func:`least_cost_between`: the
           expected cost of what is left falls as the round grows, so a bound rules out whole intervals).
 
-        Scores agree with the direct ones up to FFT rounding (about 1e-12 relative), and the refinement's choice
+        Scores agree with the direct ones up to rounding (about 1e-12 relative), and the refinement's choice
         costs at most ``PLAN_TOLERANCE`` (0.2%) of the expected cost more than the direct search's choice.
         """
         limit = max(needed)
@@ -839,37 +959,21 @@ class RefillPlanner:
         for p in range(self.num_processes):
             if needed[p] > 0:
                 groups[(needed[p], tuple(sorted(Counter(own[p]).items())))] += 1
-        # Only P(Y >= t) for t <= need matters: both laws are cut to their first ``need`` entries (counts of
-        # ``need`` and more fill the process however they combine), so a transform of 2 * need points suffices
-        # and the own groups' transform is taken once per decision.
-        owned = {}
-        for need, strata in groups:
-            distribution = np.ones(1)
-            for stratum, trials in strata:
-                head = _beta_binomial_head(trials, *posteriors[stratum], limit)
-                distribution = fft_convolve(distribution[:need], head[:need])[:need]
-            size = 1 << max(2 * need - 2, 0).bit_length()
-            owned[(need, strata)] = (np.fft.rfft(distribution[:need], size), size)
-        shortfalls = np.arange(limit + 1)
+        owned = {key: own_distribution(*key, posteriors, limit) for key in groups}
+        if len(groups) == 1 and sum(groups.values()) == 1:
+            (need, _), distribution = next(iter(owned.items()))
+            scorer = one_short_scorer(distribution, need, refill_posterior, values)
+        else:
+            alike = [(key[0], owned[key], count) for key, count in groups.items()]
+            scorer = many_short_scorer(alike, limit, refill_posterior, values)
         fixed = costs.latency + costs.generations * len(own[0])
 
         def expected(refills: list[int]) -> list[tuple[float, float]]:
-            """Scores of many refill counts at once: one matrix of Beta-Binomial rows, one batch of FFTs."""
             if not refills:
                 return []
-            heads = beta_binomial_head(refills, *refill_posterior, limit)  # trials 0: all mass on 0
-            cdf = np.ones((len(refills), limit + 1))  # P(m' <= j): every process short by at most j
-            for (need, strata), count in groups.items():
-                transform, size = owned[(need, strata)]
-                spread = np.fft.irfft(transform[None, :] * np.fft.rfft(heads[:, :need], size, axis=1), size, axis=1)
-                below = np.maximum(spread[:, :need], 0.0)
-                # tail[t] = P(Y >= t) = 1 - P(Y < t) for t = 0..need
-                tail = np.clip(1.0 - np.cumsum(below, axis=1), 0.0, 1.0)
-                tail = np.concatenate((np.ones((len(refills), 1)), tail), axis=1)
-                cdf *= tail[:, np.clip(need - shortfalls, 0, None)] ** count
-            pmf = np.diff(cdf, axis=1, prepend=0.0)
-            totals = fixed + costs.generations * np.asarray(refills, dtype=float) + pmf @ values
-            return list(zip(totals.tolist(), pmf[:, 0].tolist()))
+            left, fill = scorer(refills)
+            totals = fixed + costs.generations * np.asarray(refills, dtype=float) + left
+            return list(zip(totals.tolist(), fill.tolist()))
 
         grid = size_grid(upper, lower, dense=8, steps=16) if upper >= lower else [lower]
         scores = dict(zip(grid, expected(grid)))
