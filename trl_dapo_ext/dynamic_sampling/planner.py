@@ -184,6 +184,9 @@ def fft_convolve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.maximum(out, 0.0)
 
 
+SHORT_PMF = 24  # next_values_operator: pmfs of at most this many entries by a matrix product, not an FFT
+
+
 def next_values_operator(survivals: np.ndarray, processes: int) -> Callable[[np.ndarray], np.ndarray]:
     """:func:`expected_next_values` as a function of ``values`` for fixed ``survivals``, in O(L log L) per size.
 
@@ -203,14 +206,27 @@ def next_values_operator(survivals: np.ndarray, processes: int) -> Callable[[np.
     tails = survivals**processes  # P(Z >= t)
     # P(Z = z) for z < limit; P(Z >= limit) only ever meets values[0], through the tail term.
     pmf = tails[:, :limit] - tails[:, 1:]
+    # Rounds of a few groups have a pmf that ends early (exact zeros past their size): their convolution is a
+    # small matrix product with shifted copies of ``values``, cheaper than an FFT of twice the shortfall.
+    nonzero = pmf != 0
+    widths = np.where(nonzero.any(axis=1), limit - np.argmax(nonzero[:, ::-1], axis=1), 0)
+    short = widths <= SHORT_PMF
+    width = int(widths[short].max(initial=0))
+    reversed_short = pmf[short, :width][:, ::-1]
     size = 1 << max(2 * limit - 1, 0).bit_length()  # >= 2 * limit: no wrap-around into m <= limit
-    transforms = np.fft.rfft(pmf, size, axis=1)
+    transforms = np.fft.rfft(pmf[~short], size, axis=1)
 
     def apply(values: np.ndarray) -> np.ndarray:
         inner = np.array(values, dtype=float)
         inner[0] = 0.0
-        spread = np.fft.irfft(transforms * np.fft.rfft(inner, size)[None, :], size, axis=1)[:, : limit + 1]
-        return spread + tails * values[0]
+        out = tails * values[0]
+        if len(transforms):
+            spread = np.fft.irfft(transforms * np.fft.rfft(inner, size)[None, :], size, axis=1)
+            out[~short] += spread[:, : limit + 1]
+        if width:  # shifted[i, m] = inner[m - (width - 1 - i)], 0 before the start
+            shifted = np.lib.stride_tricks.sliding_window_view(np.concatenate((np.zeros(width - 1), inner)), limit + 1)
+            out[short] += reversed_short @ shifted
+        return out
 
     return apply
 
@@ -831,7 +847,8 @@ class RefillPlanner:
         """``V[m]``, the least expected cost to finish from a shortfall ``m`` with ``rounds`` rounds after this one,
         when every later round draws refill groups whose informative chance has the posterior ``refill``."""
         sizes = size_grid(cap, dense=16, steps=24)  # V is smooth in n: a coarse grid beyond 16 groups suffices
-        head = beta_binomial_head(sizes, *refill, limit)
+        rows = beta_binomial_rows if method == "fft" else beta_binomial_head  # the same law, the fast search's way
+        head = rows(sizes, *refill, limit)
         survivals = np.cumsum(head[:, ::-1], axis=1)[:, ::-1]  # P(Y >= t)
         return plan_values(self._costs(), survivals, sizes, rounds, self.num_processes, method=method)[rounds]
 
