@@ -503,40 +503,108 @@ def beta_binomial_head(trials: Sequence[int], alpha: float, beta: float, limit: 
     return head
 
 
-def beta_binomial_rows(trials: Sequence[int], alpha: float, beta: float, limit: int) -> np.ndarray:
-    """:func:`beta_binomial_head` from shared tables: no logarithm per entry, for many long rows at once.
+def beta_binomial_log_pmf(
+    top: int, alpha: float, beta: float, limit: int
+) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """``log P(Y_n = y)`` for arrays ``n <= top`` and ``y <= limit`` (broadcast; ``-inf`` past ``n``), from tables.
 
     ``log P(Y_n = y) = log P(Y_n = 0) + R[y] + F[n] - F[n - y]`` with the running sums
     ``R[y] = sum_{i<y} log((i + alpha) / (i + 1))`` and ``F[k] = sum_{j<=k} log(j / (j - 1 + beta))``: the ratio of
-    consecutive terms splits into a part in ``y`` and a part in ``n - y``. Each entry is then three look-ups and one
-    ``exp`` (the direct form takes four logarithms and a running sum per entry). Equal to
-    :func:`beta_binomial_head` up to rounding (about 1e-12 relative); the fast search uses it, the direct one keeps
-    :func:`beta_binomial_head`.
+    consecutive terms splits into a part in ``y`` and a part in ``n - y``. The tables cost O(top + limit)
+    logarithms once; each entry is then three look-ups (the direct form takes four logarithms per entry).
+
+    Example:
+        >>> log_pmf = beta_binomial_log_pmf(3, 1.0, 1.0, limit=3)
+        >>> np.exp(log_pmf(np.array([3]), np.arange(4))).round(3).tolist()  # uniform rate: 1/4 per count
+        [0.25, 0.25, 0.25, 0.25]
+    """
+    if alpha <= 0 or beta <= 0 or limit < 0:
+        raise ValueError(f"need alpha, beta > 0 and limit >= 0, got {alpha}, {beta}, {limit}")
+    k = np.arange(top, dtype=float)
+    first = np.concatenate(([0.0], np.cumsum(np.log(k + beta) - np.log(k + alpha + beta))))  # log P(Y_n = 0)
+    falling = np.concatenate(([0.0], np.cumsum(np.log(k + 1) - np.log(k + beta))))
+    y = np.arange(limit, dtype=float)
+    rising = np.concatenate(([0.0], np.cumsum(np.log(y + alpha) - np.log(y + 1))))
+    offset = first + falling
+
+    def log_pmf(n: np.ndarray, y: np.ndarray) -> np.ndarray:
+        gap = n - y  # counts past n are impossible
+        logs = offset[n] + rising[y] - falling[np.clip(gap, 0, None)]
+        return np.where(gap >= 0, logs, -np.inf)
+
+    return log_pmf
+
+
+def _exp(logs: np.ndarray) -> np.ndarray:
+    """``exp(logs)``, entries below ``e^-700`` (1e-304) as 0: ``exp`` is ~40x slower where its result is subnormal,
+    and most entries of long Beta-Binomial rows are; any sum of them moves by less than 1e-300."""
+    return np.where(logs > -700.0, np.exp(np.maximum(logs, -700.0)), 0.0)
+
+
+def beta_binomial_rows(trials: Sequence[int], alpha: float, beta: float, limit: int) -> np.ndarray:
+    """:func:`beta_binomial_head` from :func:`beta_binomial_log_pmf`'s tables, for many long rows at once.
+
+    Equal to :func:`beta_binomial_head` up to rounding (about 1e-13 absolute); the fast search uses it, the direct
+    one keeps :func:`beta_binomial_head`.
 
     Example:
         >>> beta_binomial_rows([2, 3], 1.0, 1.0, limit=2).round(3).tolist()  # uniform rate: 1/(n+1) per count
         [[0.333, 0.333, 0.333], [0.25, 0.25, 0.5]]
     """
-    if alpha <= 0 or beta <= 0 or limit < 0:
-        raise ValueError(f"need alpha, beta > 0 and limit >= 0, got {alpha}, {beta}, {limit}")
     counts = np.asarray(trials, dtype=int)
-    if len(counts) == 0:
-        return np.zeros((0, limit + 1))
-    top = int(counts.max())
-    k = np.arange(top, dtype=float)
-    first = np.concatenate(([0.0], np.cumsum(np.log(k + beta) - np.log(k + alpha + beta))))  # log P(Y_n = 0)
-    y = np.arange(limit, dtype=float)
-    rising = np.concatenate(([0.0], np.cumsum(np.log(y + alpha) - np.log(y + 1))))[:limit]
-    falling = np.concatenate(([0.0], np.cumsum(np.log(k + 1) - np.log(k + beta))))
-    gap = counts[:, None] - np.arange(limit)[None, :]  # n - y; counts past n are impossible
-    logs = (first[counts] + falling[counts])[:, None] + rising[None, :] - falling[np.clip(gap, 0, None)]
-    logs[gap < 0] = -np.inf
-    # exp() is ~40x slower where its result is subnormal, and most entries of long rows are: entries below
-    # e^-700 (1e-304) are set to 0, which moves any sum of them by less than 1e-300.
+    log_pmf = beta_binomial_log_pmf(int(counts.max(initial=0)), alpha, beta, limit)
     head = np.empty((len(counts), limit + 1))
-    head[:, :limit] = np.where(logs > -700.0, np.exp(np.maximum(logs, -700.0)), 0.0)
+    head[:, :limit] = _exp(log_pmf(counts[:, None], np.arange(limit)[None, :]))
     head[:, limit] = np.clip(1.0 - head[:, :limit].sum(axis=1), 0.0, 1.0)  # P(Y >= limit)
     return head
+
+
+BAND_TAIL = 1e-18  # beta_binomial_band: the most probability a row may leave outside its band
+
+
+def beta_binomial_band(
+    trials: Sequence[int], alpha: float, beta: float, limit: int
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The rows of :func:`beta_binomial_rows` below ``limit`` where they hold their mass: ``(starts, band)`` with
+    ``band[i, j] = P(Y_n = starts[i] + j)``, one common width; ``None`` where no band is certified.
+
+    A band spans 10 standard deviations of the largest row each side of a row's mean. What it leaves out is bounded,
+    not assumed: with ``alpha, beta >= 1`` the law is log-concave (the ratio ``P(y + 1) / P(y)`` falls with ``y``), so
+    past the band's last entry the terms fall at least geometrically at that entry's ratio, and before its first
+    entry likewise; the band is returned only when these bounds leave out at most ``BAND_TAIL`` per row (far below
+    the rounding of the sums it enters).
+
+    Example:
+        >>> starts, band = beta_binomial_band([4000], 5000.0, 5000.0, limit=3000)
+        >>> int(starts[0]) < 2000 < int(starts[0]) + band.shape[1], bool(abs(band.sum() - 1) < 1e-9)
+        (True, True)
+    """
+    counts = np.asarray(trials, dtype=int)
+    if alpha < 1 or beta < 1 or len(counts) == 0 or limit < 1:
+        return None
+    n = counts.astype(float)
+    total = alpha + beta
+    spread = np.sqrt(n * alpha * beta * (total + n) / (total**2 * (total + 1)))
+    width = min(2 * math.ceil(10 * float(spread.max())) + 4, limit)
+    if 4 * width > 3 * limit:  # hardly cheaper than the whole rows
+        return None
+    starts = np.clip(np.round(n * alpha / total).astype(int) - width // 2, 0, limit - width)
+    log_pmf = beta_binomial_log_pmf(int(counts.max()), alpha, beta, limit)
+    band = _exp(log_pmf(counts[:, None], starts[:, None] + np.arange(width)[None, :]))
+
+    def ratio(y: np.ndarray) -> np.ndarray:  # P(y + 1) / P(y) for 0 <= y < n
+        return (n - y) * (y + alpha) / ((y + 1) * (n - y - 1 + beta))
+
+    low, high = starts - 1, starts + width  # the first terms left out below and above
+    inside = (high < limit) & (high <= n)  # terms above the band that count (the rest is P(Y >= limit))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        rising, falling = ratio(low), ratio(high)
+        below = np.exp(log_pmf(counts, np.maximum(low, 0))) / (1 - 1 / rising)
+        above = np.exp(log_pmf(counts, np.minimum(high, limit))) / (1 - falling)
+        # a ratio on the wrong side of 1 (the band misses the mode) leaves the bound void: not certified
+        certified = (low < 0) | ((rising > 1) & (below <= BAND_TAIL))
+        certified &= ~inside | ((falling < 1) & (above <= BAND_TAIL))
+    return (starts, band) if bool(certified.all()) else None
 
 
 def at_least_probability(needed: int, sources: list[tuple[int, float, float]]) -> float:
@@ -606,9 +674,16 @@ def one_short_scorer(
     misses = np.cumsum(own)[::-1]  # misses[r] = P(O < need - r): the process stays short with r refill ones
 
     def score(refills: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        rows = beta_binomial_rows(refills, *refill, need)[:, :need]
-        fill = np.clip(1.0 - rows @ misses, 0.0, 1.0)
-        return rows @ weights + fill * values[0], fill
+        band = beta_binomial_band(refills, *refill, need)
+        if band is None:
+            rows = beta_binomial_rows(refills, *refill, need)[:, :need]
+            left, stay = rows @ weights, rows @ misses
+        else:  # only where the rows hold their mass (the rest is below 1e-18 of it)
+            starts, rows = band
+            at = starts[:, None] + np.arange(rows.shape[1])[None, :]
+            left, stay = np.einsum("ij,ij->i", rows, weights[at]), np.einsum("ij,ij->i", rows, misses[at])
+        fill = np.clip(1.0 - stay, 0.0, 1.0)
+        return left + fill * values[0], fill
 
     return score
 
@@ -861,8 +936,9 @@ class RefillPlanner:
         one would make the cost search chase that order instead of the cost.
         """
         alpha, beta = self._pooled_alpha_beta()
-        means = [posteriors[s][0] / sum(posteriors[s]) for s in peeked]
-        mean = float(np.mean(means)) if means else alpha / (alpha + beta)
+        table = {s: posteriors[s][0] / sum(posteriors[s]) for s in set(peeked)}  # once per stratum, not prompt
+        means = np.fromiter(map(table.__getitem__, peeked), float, len(peeked))
+        mean = float(np.mean(means)) if len(means) else alpha / (alpha + beta)
         mean = min(max(mean, 1e-9), 1 - 1e-9)
         return mean * (alpha + beta), (1 - mean) * (alpha + beta)
 
@@ -900,7 +976,7 @@ class RefillPlanner:
         """
         limit = max(needed)
         peeked = self._peek(candidates, upper)
-        posteriors = self._posteriors({s for groups in (*own, peeked) for s in groups})
+        posteriors = self._posteriors(set(peeked).union(*own))  # set() at C speed: the peek is long
         refill_posterior = self._refill_posterior(peeked, posteriors)
         later_rounds = (rounds_left - 1) if rounds_left is not None else DEFAULT_ROUNDS - 1
         later_cap = self._round_cap()
