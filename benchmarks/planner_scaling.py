@@ -50,8 +50,12 @@ def decide(groups: int, exact: bool) -> tuple[float, float, float, float]:
     return first, second, first_cost, planner._plan[0]
 
 
+def median(runs: list, column: int) -> float:
+    return statistics.median(run[column] for run in runs)
+
+
 def ms(runs: list, column: int) -> str:
-    return f"{1e3 * statistics.median(run[column] for run in runs):.1f} ms" if runs else "-"
+    return f"{1e3 * median(runs, column):.1f} ms" if runs else "-"
 
 
 def main() -> None:
@@ -62,9 +66,9 @@ def main() -> None:
     args = parser.parse_args()
     print(
         "| groups per process | new `first_round` | new `next_round` | old `first_round` | old `next_round` "
-        "| gap first | gap next |"
+        "| old/new first | old/new next | gap first | gap next |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for groups in args.sizes:
         new, old = [], []
         for _ in range(args.repeats):
@@ -73,7 +77,11 @@ def main() -> None:
                 old.append(decide(groups, exact=True))
 
         gaps = [f"{new[0][c] / old[0][c] - 1:+.1e}" if old else "-" for c in (2, 3)]
-        print(f"| {groups} | {ms(new, 0)} | {ms(new, 1)} | {ms(old, 0)} | {ms(old, 1)} | {gaps[0]} | {gaps[1]} |")
+        ratios = [f"{median(old, c) / median(new, c):.0f}x" if old else "-" for c in (0, 1)]
+        print(
+            f"| {groups} | {ms(new, 0)} | {ms(new, 1)} | {ms(old, 0)} | {ms(old, 1)} "
+            f"| {ratios[0]} | {ratios[1]} | {gaps[0]} | {gaps[1]} |"
+        )
 
 
 if __name__ == "__main__":

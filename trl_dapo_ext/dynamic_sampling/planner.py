@@ -653,9 +653,7 @@ def own_distribution(
     return np.concatenate((distribution, np.zeros(need - len(distribution))))
 
 
-def one_short_scorer(
-    distribution: np.ndarray, need: int, refill: tuple[float, float], values: np.ndarray
-) -> Scorer:
+def one_short_scorer(distribution: np.ndarray, need: int, refill: tuple[float, float], values: np.ndarray) -> Scorer:
     """Scores of refill counts when a single process is short by ``need``: linear in the refill count's law.
 
     The next shortfall is ``(need - O - R)^+`` (``O`` own, ``R`` refill informative counts, independent), so
