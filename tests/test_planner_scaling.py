@@ -10,23 +10,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trl_dapo_ext.dynamic_sampling.planner import (
+from trl_dapo_ext.dynamic_sampling.planner import PLAN_TOLERANCE, RefillPlanner
+from trl_dapo_ext.dynamic_sampling.retention import (
     BAND_TAIL,
-    PLAN_TOLERANCE,
-    Costs,
-    RefillPlanner,
     beta_binomial_band,
     beta_binomial_head,
     beta_binomial_rows,
+)
+from trl_dapo_ext.dynamic_sampling.round_cost import (
+    Costs,
     expected_next_values,
     fft_convolve,
     least_cost_between,
-    many_short_scorer,
     next_values_operator,
-    one_short_scorer,
-    own_distribution,
     plan_values,
 )
+from trl_dapo_ext.dynamic_sampling.scoring import many_short_scorer, one_short_scorer, own_distribution
 
 
 def test_fft_convolution_by_hand():
