@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trl_dapo_ext.dynamic_sampling.planner import PLAN_TOLERANCE, RefillPlanner
+from trl_dapo_ext.dynamic_sampling.planner import RefillPlanner
 from trl_dapo_ext.dynamic_sampling.retention import (
     BAND_TAIL,
     beta_binomial_band,
@@ -25,7 +25,7 @@ from trl_dapo_ext.dynamic_sampling.round_cost import (
     next_values_operator,
     plan_values,
 )
-from trl_dapo_ext.dynamic_sampling.scoring import many_short_scorer, one_short_scorer, own_distribution
+from trl_dapo_ext.dynamic_sampling.scoring import PLAN_TOLERANCE, many_short_scorer, one_short_scorer, own_distribution
 
 
 def test_fft_convolution_by_hand():

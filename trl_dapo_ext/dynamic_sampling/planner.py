@@ -40,8 +40,8 @@ from typing import Any
 import numpy as np
 
 from .retention import RetentionEstimate, at_least_probability, beta_binomial_head, beta_binomial_rows
-from .round_cost import Costs, RoundCostModel, least_cost_between, plan_values, size_grid, survival
-from .scoring import many_short_scorer, one_short_scorer, own_distribution
+from .round_cost import Costs, RoundCostModel, plan_values, size_grid, survival
+from .scoring import cheapest_refill_fast
 
 # ------------------------------------------------------------------------------------ the fixed-factor rule
 
@@ -103,7 +103,6 @@ def plan_refill_groups(
 POOLED = "all"  # the stratum of prompts the caller does not stratify
 REFILL = "\x00refill"  # the cost search's one stratum for refill groups (no caller names a stratum so)
 EXACT_UP_TO = 128  # direct search up to this shortfall and 4x it per round (RefillPlanner.exact_up_to)
-PLAN_TOLERANCE = 0.002  # above EXACT_UP_TO: the plan's expected cost is within this fraction of the best size's
 DEFAULT_ROUNDS = 10  # rounds a step may take when the caller does not say (dynamic_sampling_max_rounds default)
 
 
@@ -194,7 +193,7 @@ class RefillPlanner:
         self.exhaustion_cost_steps = exhaustion_cost_steps
         self.cost_model = RoundCostModel(prior_latency=round_latency)  # validates round_latency
         # Shortfalls up to this many groups are planned by the direct O(L^2)-per-candidate search (exact, and fast
-        # there); larger ones by the FFT search (_cheapest_refill_fast). Tests and benchmarks raise it to compare.
+        # there); larger ones by scoring.cheapest_refill_fast. Tests and benchmarks raise it to compare.
         self.exact_up_to = EXACT_UP_TO
         self.estimates: dict[str, RetentionEstimate] = {}  # decayed counts of earlier steps, per stratum
         self.last_step: dict[str, float] = {}  # what the last closed step planned and spent (for logging)
@@ -373,7 +372,11 @@ class RefillPlanner:
         # shortfalls and rounds of a batch of up to exact_up_to groups (round cap 4x), too slow past them.
         if limit > self.exact_up_to or upper > 4 * self.exact_up_to:  # the same plan, O(L log L) per candidate
             values = self._future_values(limit, max(later_rounds, 0), max(later_cap, 0), refill_posterior, "fft")
-            return self._cheapest_refill_fast(needed, own, posteriors, refill_posterior, values, lower, upper)
+            found = cheapest_refill_fast(
+                self._costs(), needed, own, posteriors, refill_posterior, values, lower, upper
+            )
+            refill, self._plan = found
+            return refill
         values = self._future_values(limit, max(later_rounds, 0), max(later_cap, 0), refill_posterior)
         costs = self._costs()
         most = len(own[0]) + upper  # the most groups of one stratum any candidate puts on a process
@@ -402,79 +405,6 @@ class RefillPlanner:
         best = min(scores, key=lambda n: (scores[n][0], n))
         stop = costs.group_value * limit + costs.exhaustion_penalty  # what ending the step short costs now
         if lower >= 1 and scores[best][0] >= stop:  # no round is worth its cost: the step cannot be saved
-            self._plan = (stop, 0.0)
-            return 0
-        self._plan = scores[best]
-        return best
-
-    def _cheapest_refill_fast(
-        self,
-        needed: Sequence[int],
-        own: Sequence[Strata],
-        posteriors: dict[str, tuple[float, float]],
-        refill_posterior: tuple[float, float],
-        values: np.ndarray,
-        lower: int,
-        upper: int,
-    ) -> int:
-        """:meth:`_cheapest_refill`'s search for large shortfalls, with the same candidates and the same scores.
-
-        The direct search costs O(L^2) per candidate (L = the largest shortfall: every Beta-Binomial row up to the
-        round cap, one direct convolution per process and candidate) and scores every size between the coarse grid's
-        neighbours of its best point: about O(L^3) per decision. Here:
-
-        * only the Beta-Binomial rows a candidate uses are computed, from shared tables (:func:`beta_binomial_rows`);
-        * a process's own groups are convolved with the values once per decision (:func:`fft_convolve`): with one
-          process short, a candidate's score is then one dot product with its refill row (:func:`one_short_scorer`,
-          O(L)); with several, one FFT convolution per candidate and distinct process (:func:`many_short_scorer`);
-        * the refinement scores only the sizes that can still beat the best one (:func:`least_cost_between`: the
-          expected cost of what is left falls as the round grows, so a bound rules out whole intervals).
-
-        Scores agree with the direct ones up to rounding (about 1e-12 relative), and the refinement's choice
-        costs at most ``PLAN_TOLERANCE`` (0.2%) of the expected cost more than the direct search's choice.
-        """
-        limit = max(needed)
-        costs = self._costs()
-        groups: Counter = Counter()
-        for p in range(self.num_processes):
-            if needed[p] > 0:
-                groups[(needed[p], tuple(sorted(Counter(own[p]).items())))] += 1
-        owned = {key: own_distribution(*key, posteriors, limit) for key in groups}
-        if len(groups) == 1 and sum(groups.values()) == 1:
-            (need, _), distribution = next(iter(owned.items()))
-            scorer = one_short_scorer(distribution, need, refill_posterior, values)
-        else:
-            alike = [(key[0], owned[key], count) for key, count in groups.items()]
-            scorer = many_short_scorer(alike, limit, refill_posterior, values)
-        fixed = costs.latency + costs.generations * len(own[0])
-
-        def expected(refills: list[int]) -> list[tuple[float, float]]:
-            if not refills:
-                return []
-            left, fill = scorer(refills)
-            totals = fixed + costs.generations * np.asarray(refills, dtype=float) + left
-            return list(zip(totals.tolist(), fill.tolist()))
-
-        grid = size_grid(upper, lower, dense=8, steps=16) if upper >= lower else [lower]
-        scores = dict(zip(grid, expected(grid)))
-        best = min(grid, key=lambda n: scores[n][0])
-        at = grid.index(best)
-        totals = {n: score[0] for n, score in scores.items()}
-
-        def score(refills: list[int]) -> list[float]:
-            found = expected(refills)
-            scores.update(zip(refills, found))
-            return [total for total, _ in found]
-
-        # The cost is flat near its minimum (each extra group costs G and saves about G of later rounds), so an
-        # exact refinement would score most sizes between the grid neighbours; a tolerance of PLAN_TOLERANCE of the
-        # expected cost lets the bound skip whole intervals and still certifies the plan's gap to the best size.
-        tolerance = PLAN_TOLERANCE * abs(totals[best])
-        low, high = grid[max(at - 1, 0)], grid[min(at + 1, len(grid) - 1)]
-        least_cost_between(score, low, high, costs.generations, totals, tolerance)
-        best = min(scores, key=lambda n: (scores[n][0], n))
-        stop = costs.group_value * limit + costs.exhaustion_penalty
-        if lower >= 1 and scores[best][0] >= stop:
             self._plan = (stop, 0.0)
             return 0
         self._plan = scores[best]

@@ -7,12 +7,15 @@ candidate instead of the direct search's O(L^2).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from .retention import beta_binomial_band, beta_binomial_rows, cached_beta_binomial_head
-from .round_cost import fft_convolve
+from .round_cost import Costs, fft_convolve, least_cost_between, size_grid
+
+PLAN_TOLERANCE = 0.002  # the plan's expected cost is within this fraction of the best size's (the refinement)
 
 Scorer = Callable[[list[int]], tuple[np.ndarray, np.ndarray]]  # refill counts -> (E[values[m']], fill chance)
 
@@ -99,3 +102,75 @@ def many_short_scorer(
         return pmf @ values, pmf[:, 0]
 
     return score
+
+
+def cheapest_refill_fast(
+    costs: Costs,
+    needed: Sequence[int],
+    own: Sequence[Sequence[str]],
+    posteriors: dict[str, tuple[float, float]],
+    refill_posterior: tuple[float, float],
+    values: np.ndarray,
+    lower: int,
+    upper: int,
+) -> tuple[int, tuple[float, float]]:
+    """``RefillPlanner``'s cost search for large shortfalls, with the direct search's candidates and scores: the
+    refill count in ``[lower, upper]`` and its plan (expected cost, fill chance); 0 when no round is worth its cost.
+
+    The direct search costs O(L^2) per candidate (L = the largest shortfall: every Beta-Binomial row up to the
+    round cap, one direct convolution per process and candidate) and scores every size between the coarse grid's
+    neighbours of its best point: about O(L^3) per decision. Here:
+
+    * only the Beta-Binomial rows a candidate uses are computed, from shared tables (:func:`beta_binomial_rows`);
+    * a process's own groups are convolved with the values once per decision (:func:`fft_convolve`): with one
+      process short, a candidate's score is then one dot product with its refill row (:func:`one_short_scorer`,
+      O(L)); with several, one FFT convolution per candidate and distinct process (:func:`many_short_scorer`);
+    * the refinement scores only the sizes that can still beat the best one (:func:`least_cost_between`: the
+      expected cost of what is left falls as the round grows, so a bound rules out whole intervals).
+
+    Scores agree with the direct ones up to rounding (about 1e-12 relative), and the refinement's choice
+    costs at most ``PLAN_TOLERANCE`` (0.2%) of the expected cost more than the direct search's choice.
+    """
+    limit = max(needed)
+    groups: Counter = Counter()
+    for p in range(len(needed)):
+        if needed[p] > 0:
+            groups[(needed[p], tuple(sorted(Counter(own[p]).items())))] += 1
+    owned = {key: own_distribution(*key, posteriors, limit) for key in groups}
+    if len(groups) == 1 and sum(groups.values()) == 1:
+        (need, _), distribution = next(iter(owned.items()))
+        scorer = one_short_scorer(distribution, need, refill_posterior, values)
+    else:
+        alike = [(key[0], owned[key], count) for key, count in groups.items()]
+        scorer = many_short_scorer(alike, limit, refill_posterior, values)
+    fixed = costs.latency + costs.generations * len(own[0])
+
+    def expected(refills: list[int]) -> list[tuple[float, float]]:
+        if not refills:
+            return []
+        left, fill = scorer(refills)
+        totals = fixed + costs.generations * np.asarray(refills, dtype=float) + left
+        return list(zip(totals.tolist(), fill.tolist()))
+
+    grid = size_grid(upper, lower, dense=8, steps=16) if upper >= lower else [lower]
+    scores = dict(zip(grid, expected(grid)))
+    best = min(grid, key=lambda n: scores[n][0])
+    at = grid.index(best)
+    totals = {n: score[0] for n, score in scores.items()}
+
+    def score(refills: list[int]) -> list[float]:
+        found = expected(refills)
+        scores.update(zip(refills, found))
+        return [total for total, _ in found]
+
+    # The cost is flat near its minimum (each extra group costs G and saves about G of later rounds), so an
+    # exact refinement would score most sizes between the grid neighbours; a tolerance of PLAN_TOLERANCE of the
+    # expected cost lets the bound skip whole intervals and still certifies the plan's gap to the best size.
+    tolerance = PLAN_TOLERANCE * abs(totals[best])
+    low, high = grid[max(at - 1, 0)], grid[min(at + 1, len(grid) - 1)]
+    least_cost_between(score, low, high, costs.generations, totals, tolerance)
+    best = min(scores, key=lambda n: (scores[n][0], n))
+    stop = costs.group_value * limit + costs.exhaustion_penalty
+    if lower >= 1 and scores[best][0] >= stop:
+        return 0, (stop, 0.0)
+    return best, scores[best]
