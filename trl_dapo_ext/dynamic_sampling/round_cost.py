@@ -158,6 +158,14 @@ def fft_convolve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.maximum(out, 0.0)
 
 
+def _rows(mask: np.ndarray) -> slice | np.ndarray:
+    """The rows a mask selects: a slice where they are contiguous (a view, no copy), else their indices."""
+    rows = np.flatnonzero(mask)
+    if len(rows) and rows[-1] - rows[0] + 1 == len(rows):
+        return slice(int(rows[0]), int(rows[-1]) + 1)
+    return rows
+
+
 SHORT_PMF = 24  # next_values_operator: pmfs of at most this many entries by a matrix product, not an FFT
 
 
@@ -183,23 +191,31 @@ def next_values_operator(survivals: np.ndarray, processes: int) -> Callable[[np.
     # Rounds of a few groups have a pmf that ends early (exact zeros past their size): their convolution is a
     # small matrix product with shifted copies of ``values``, cheaper than an FFT of twice the shortfall.
     nonzero = pmf != 0
-    widths = np.where(nonzero.any(axis=1), limit - np.argmax(nonzero[:, ::-1], axis=1), 0)
+    widths = (
+        np.where(nonzero.any(axis=1), limit - np.argmax(nonzero[:, ::-1], axis=1), 0) if limit else 0 * tails[:, 0]
+    )
     short = widths <= SHORT_PMF
     width = int(widths[short].max(initial=0))
     reversed_short = pmf[short, :width][:, ::-1]
     size = 1 << max(2 * limit - 1, 0).bit_length()  # >= 2 * limit: no wrap-around into m <= limit
     transforms = np.fft.rfft(pmf[~short], size, axis=1)
 
+    long_rows, short_rows = _rows(~short), _rows(short)
+
     def apply(values: np.ndarray) -> np.ndarray:
         inner = np.array(values, dtype=float)
         inner[0] = 0.0
-        out = tails * values[0]
+        out = np.empty_like(tails)  # every row is written below: the long ones, then the short ones
         if len(transforms):
             spread = np.fft.irfft(transforms * np.fft.rfft(inner, size)[None, :], size, axis=1)
-            out[~short] += spread[:, : limit + 1]
+            out[long_rows] = spread[:, : limit + 1]
         if width:  # shifted[i, m] = inner[m - (width - 1 - i)], 0 before the start
             shifted = np.lib.stride_tricks.sliding_window_view(np.concatenate((np.zeros(width - 1), inner)), limit + 1)
-            out[short] += reversed_short @ shifted
+            out[short_rows] = reversed_short @ shifted
+        else:  # short rows without a nonzero entry (rounds of 0 groups)
+            out[short_rows] = 0.0
+        if values[0] != 0:  # values[0] is 0 for every recursion round past the first
+            out += tails * values[0]
         return out
 
     return apply
@@ -252,7 +268,8 @@ def plan_values(
         if len(future_sizes) == 0:
             values[k] = values[k - 1]
             continue
-        candidates = round_costs + operator(values[k - 1])
+        candidates = operator(values[k - 1])  # a fresh array: the round's costs are added in place
+        candidates += round_costs
         values[k] = np.minimum(candidates.min(axis=0), values[k - 1])  # stopping early is never cheaper, but safe
         values[k, 0] = 0.0
     return values
