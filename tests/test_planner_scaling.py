@@ -239,3 +239,16 @@ def test_one_short_scorer_over_certified_bands_equals_the_general_one():
     many = many_short_scorer([(need, distribution, 1)], need, refill, values)(refills)
     assert one[0] == pytest.approx(many[0], rel=1e-9, abs=1e-6)
     assert one[1] == pytest.approx(many[1], rel=1e-9, abs=1e-12)
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_next_values_operator_with_short_and_long_rounds_and_no_shortfall(processes):
+    """Rounds of 0 and 3 groups (matrix product) beside one of 500 (FFT), in any order; and a shortfall limit of 0."""
+    sizes = [500, 0, 3]
+    head = beta_binomial_head(sizes, 2.0, 3.0, 40)
+    survivals = np.cumsum(head[:, ::-1], axis=1)[:, ::-1]
+    values = np.linspace(5.0, 100.0, 41)  # values[0] > 0: the tail term too
+    direct = expected_next_values(values, survivals, processes)
+    assert next_values_operator(survivals, processes)(values) == pytest.approx(direct, rel=1e-12, abs=1e-9)
+    nothing = np.ones((2, 1))
+    assert next_values_operator(nothing, processes)(np.array([7.0])).tolist() == [[7.0], [7.0]]
