@@ -128,7 +128,7 @@ def cheapest_refill_fast(
     * the refinement scores only the sizes that can still beat the best one (:func:`least_cost_between`: the
       expected cost of what is left falls as the round grows, so a bound rules out whole intervals).
 
-    Scores agree with the direct ones up to rounding (about 1e-12 relative), and the refinement's choice
+    Scores agree with the direct ones up to rounding (1e-10 relative or better), and the refinement's choice
     costs at most ``PLAN_TOLERANCE`` (0.2%) of the expected cost more than the direct search's choice.
     """
     limit = max(needed)
