@@ -10,8 +10,9 @@ that machine noise hits both. "gap" is the new plan's expected cost over the old
 
     python benchmarks/planner_scaling.py [--sizes 8 16 ... 4096] [--repeats 5] [--exact-max 512]
 
-Target: <= 20 ms per decision at 2048 groups. Timings on a shared machine are noisy; compare the
-old/new ratio within one run.
+Target: <= 20 ms per decision at 2048 groups. Timings are wall-clock medians, with the new planner's CPU time
+beside them (what the process itself spent: less sensitive to other processes on the machine). Timings on a
+shared machine are noisy; compare the old/new ratio within one run. Run with ``OMP_NUM_THREADS=1``.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ import argparse
 import statistics
 import time
 
-from trl_dapo_ext.dynamic_sampling import planner as planning
 from trl_dapo_ext.dynamic_sampling.planner import RefillPlanner
+from trl_dapo_ext.dynamic_sampling.retention import cached_beta_binomial_head
 
 
 def fresh(groups: int, exact: bool) -> RefillPlanner:
@@ -35,23 +36,27 @@ def fresh(groups: int, exact: bool) -> RefillPlanner:
     return planner
 
 
-def decide(groups: int, exact: bool) -> tuple[float, float, float, float]:
-    """(first_round seconds, next_round seconds, first plan's expected cost, next plan's expected cost)."""
-    planning._beta_binomial_head.cache_clear()
+def decide(groups: int, exact: bool) -> tuple[float, float, float, float, float, float]:
+    """Seconds of first_round and next_round, the two plans' expected costs, then the two calls' CPU seconds."""
+    cached_beta_binomial_head.cache_clear()
     planner = fresh(groups, exact)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     refill = planner.first_round(groups, rounds_left=10)
-    first = time.perf_counter() - start
+    first, first_cpu = time.perf_counter() - start, time.process_time() - cpu
     first_cost = planner.step_expected_cost
     planner.observe(attempted=groups + refill, informative=(groups + refill) // 2 - groups // 8)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     planner.next_round(max(groups // 8, 1), rounds_left=9)
-    second = time.perf_counter() - start
-    return first, second, first_cost, planner._plan[0]
+    second, second_cpu = time.perf_counter() - start, time.process_time() - cpu
+    return first, second, first_cost, planner._plan[0], first_cpu, second_cpu
+
+
+def median(runs: list, column: int) -> float:
+    return statistics.median(run[column] for run in runs)
 
 
 def ms(runs: list, column: int) -> str:
-    return f"{1e3 * statistics.median(run[column] for run in runs):.1f} ms" if runs else "-"
+    return f"{1e3 * median(runs, column):.1f} ms" if runs else "-"
 
 
 def main() -> None:
@@ -61,10 +66,10 @@ def main() -> None:
     parser.add_argument("--exact-max", type=int, default=512, help="largest size the old direct search is run at")
     args = parser.parse_args()
     print(
-        "| groups per process | new `first_round` | new `next_round` | old `first_round` | old `next_round` "
-        "| gap first | gap next |"
+        "| groups per process | new `first_round` | new `next_round` | new CPU first / next "
+        "| old `first_round` | old `next_round` | old/new first | old/new next | gap first | gap next |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for groups in args.sizes:
         new, old = [], []
         for _ in range(args.repeats):
@@ -73,7 +78,11 @@ def main() -> None:
                 old.append(decide(groups, exact=True))
 
         gaps = [f"{new[0][c] / old[0][c] - 1:+.1e}" if old else "-" for c in (2, 3)]
-        print(f"| {groups} | {ms(new, 0)} | {ms(new, 1)} | {ms(old, 0)} | {ms(old, 1)} | {gaps[0]} | {gaps[1]} |")
+        ratios = [f"{median(old, c) / median(new, c):.0f}x" if old else "-" for c in (0, 1)]
+        print(
+            f"| {groups} | {ms(new, 0)} | {ms(new, 1)} | {ms(new, 4)} / {ms(new, 5)} | {ms(old, 0)} | {ms(old, 1)} "
+            f"| {ratios[0]} | {ratios[1]} | {gaps[0]} | {gaps[1]} |"
+        )
 
 
 if __name__ == "__main__":

@@ -14,14 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trl_dapo_ext.dynamic_sampling.planner import (
-    RefillPlanner,
-    RetentionEstimate,
-    at_least_probability,
-    beta_binomial_pmf,
-    fixed_first_refill,
-    plan_refill_groups,
-)
+from trl_dapo_ext.dynamic_sampling.planner import RefillPlanner, fixed_first_refill, plan_refill_groups
+from trl_dapo_ext.dynamic_sampling.retention import RetentionEstimate, at_least_probability, beta_binomial_pmf
 
 
 def run_steps(planner: RefillPlanner, retention: float, steps: int, target: int = 32, seed: int = 0) -> list[int]:

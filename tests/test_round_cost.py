@@ -10,16 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trl_dapo_ext.dynamic_sampling.planner import (
-    Costs,
-    RefillPlanner,
-    RoundCostModel,
-    beta_binomial_head,
-    beta_binomial_pmf,
-    expected_next_values,
-    plan_values,
-    survival,
-)
+from trl_dapo_ext.dynamic_sampling.planner import RefillPlanner
+from trl_dapo_ext.dynamic_sampling.retention import beta_binomial_head, beta_binomial_pmf
+from trl_dapo_ext.dynamic_sampling.round_cost import Costs, RoundCostModel, expected_next_values, plan_values, survival
 
 # --- the cost fit ---------------------------------------------------------------------------------------------------
 

@@ -26,303 +26,22 @@ estimates of the retention rate (informative groups / attempted groups):
 Everything is plain arithmetic on counts and strata that every process agrees on (gathered counts, the shared refill
 stream), so every process computes the same plan. No torch (numpy for the convolutions).
 
-What a round costs, and the cheapest way to finish a step (the round-cost model below, pure functions):
-
-A generation round costs a fixed latency plus a cost per completion:
-
-    seconds(round) = fixed_seconds + seconds_per_completion * completions
-
-The fixed part is what a round pays however small it is: the generation call waits for its longest completion,
-vLLM syncs weights and schedules, reward workers start. Only the ratio matters for sizing, so the planner works in
-**completion-equivalents**: ``latency = fixed_seconds / seconds_per_completion``, and a round of ``n`` groups of ``G``
-completions costs ``latency + G * n``. veRL's fixed 3x batch is right when the latency dominates; one-by-one
-replacement (OpenRLHF) is right when it is zero. :func:`plan_values` finds the sizes in between that minimise the
-expected cost of completing the batch, and :class:`RoundCostModel` measures the latency in the run itself.
+The cost model and the recursion live in :mod:`.round_cost`, the retention estimates and Beta-Binomial laws in
+:mod:`.retention`, the fast search's batch scoring in :mod:`.scoring`.
 """
 
 from __future__ import annotations
 
-import functools
 import math
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-# --------------------------------------------------------------------------------------------- the round-cost model
-
-
-class RoundCostModel:
-    """Online robust fit of ``seconds = fixed + per_completion * completions`` from measured rounds.
-
-    The slope is the Theil-Sen estimate (median of the pairwise slopes over the last ``window`` rounds), the
-    intercept the median residual: one slow round (a garbage collection, a compile) moves neither. Rounds of one size
-    cannot separate the two numbers, so until ``min_pairs`` pairs of rounds of different sizes are seen the latency
-    stays at ``prior_latency``; after that the fitted latency is shrunk towards the prior with weight
-    ``prior_pairs / (prior_pairs + pairs)``.
-
-    Example:
-        >>> model = RoundCostModel(prior_latency=16.0)
-        >>> for completions in (64, 128, 64, 256, 32, 128):
-        ...     model.observe(completions, seconds=2.0 + 0.05 * completions)  # fixed 2 s = 40 completions
-        >>> round(model.latency(), 1), round(model.seconds_per_completion(), 3)
-        (38.3, 0.05)
-    """
-
-    def __init__(self, prior_latency: float = 16.0, window: int = 64, min_pairs: int = 3, prior_pairs: float = 1.0):
-        if not prior_latency >= 0 or not math.isfinite(prior_latency):
-            raise ValueError(f"prior_latency={prior_latency} must be a finite number >= 0 (completion-equivalents)")
-        if window < 2 or min_pairs < 1 or prior_pairs < 0:
-            raise ValueError("need window >= 2, min_pairs >= 1 and prior_pairs >= 0")
-        self.prior_latency = float(prior_latency)
-        self.min_pairs = min_pairs
-        self.prior_pairs = prior_pairs
-        self.rounds: deque[tuple[int, float]] = deque(maxlen=window)
-
-    def observe(self, completions: int, seconds: float) -> None:
-        """One measured round: how many completions each process generated, and how long the round took."""
-        if completions > 0 and math.isfinite(seconds) and seconds >= 0:
-            self.rounds.append((int(completions), float(seconds)))
-
-    def _fit(self) -> tuple[float, float, int] | None:
-        """(fixed seconds, seconds per completion, pairs of different sizes), or None without two sizes."""
-        if len(self.rounds) < 2:
-            return None
-        sizes = np.array([n for n, _ in self.rounds], dtype=float)
-        seconds = np.array([t for _, t in self.rounds], dtype=float)
-        i, j = np.triu_indices(len(sizes), k=1)
-        apart = sizes[i] != sizes[j]
-        if not apart.any():
-            return None
-        slope = float(np.median((seconds[j] - seconds[i])[apart] / (sizes[j] - sizes[i])[apart]))
-        if not slope > 0:  # noise larger than the size effect: no usable per-completion cost
-            return None
-        fixed = max(float(np.median(seconds - slope * sizes)), 0.0)
-        return fixed, slope, int(apart.sum())
-
-    def latency(self) -> float:
-        """Fixed latency in completion-equivalents: the prior until the rounds tell it apart from the slope."""
-        fit = self._fit()
-        if fit is None or fit[2] < self.min_pairs:
-            return self.prior_latency
-        fixed, slope, pairs = fit
-        weight = self.prior_pairs / (self.prior_pairs + pairs)
-        return weight * self.prior_latency + (1 - weight) * fixed / slope
-
-    def seconds_per_completion(self) -> float:
-        """Seconds one completion costs (the fit's slope; without a fit, the mean round at the current latency)."""
-        fit = self._fit()
-        if fit is not None:
-            return fit[1]
-        if not self.rounds:
-            return math.nan
-        return float(np.mean([t / (n + self.latency()) for n, t in self.rounds]))
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"rounds": [list(r) for r in self.rounds]}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.rounds.clear()
-        for completions, seconds in state.get("rounds", []):
-            self.observe(int(completions), float(seconds))
-
-
-# --- the expected cost of finishing a step --------------------------------------------------------------------------
-
-
-def survival(pmf: np.ndarray, limit: int) -> np.ndarray:
-    """``S[t] = P(Y >= t)`` for ``t = 0..limit`` from a pmf of ``Y`` (entries past ``limit`` add to ``S[limit]``)."""
-    pmf = np.asarray(pmf, dtype=float)
-    tail = np.cumsum(pmf[::-1])[::-1]  # tail[t] = P(Y >= t) for t < len(pmf)
-    out = np.zeros(limit + 1)
-    out[: min(len(tail), limit + 1)] = tail[: limit + 1]
-    return np.minimum(out, 1.0)
-
-
-def expected_next_values(values: np.ndarray, survivals: np.ndarray, processes: int) -> np.ndarray:
-    """``E[values[m']]`` for every current shortfall ``m`` (rows of ``survivals`` are round sizes).
-
-    Every one of ``processes`` processes misses ``m`` groups and draws its informative count ``Y`` independently
-    with ``P(Y >= t) = survivals[n, t]``; the step's next shortfall is the largest one left,
-    ``m' = max_p (m - Y_p)^+``, so ``P(m' <= j) = P(Y >= m - j) ** processes``. Returns shape ``(sizes, len(values))``.
-
-    Example:
-        >>> s = survival(np.array([0.5, 0.5]), 1)  # one group, informative with chance 1/2
-        >>> expected_next_values(np.array([0.0, 10.0]), s[None, :], processes=1).round(2).tolist()
-        [[0.0, 5.0]]
-    """
-    limit = len(values) - 1
-    if processes == 1:  # m' = (m - Y)^+: E = sum_{y<m} P(Y = y) values[m - y] + P(Y >= m) values[0]
-        pmf = survivals - np.append(survivals[:, 1:], np.zeros((len(survivals), 1)), axis=1)
-        shift = np.arange(limit + 1)[None, :] - np.arange(limit + 1)[:, None]  # [y, m] -> m - y
-        toeplitz = np.where(shift > 0, values[np.clip(shift, 0, None)], 0.0)
-        return pmf @ toeplitz + survivals * values[0]
-    m = np.arange(limit + 1)[:, None]
-    j = np.arange(limit + 1)[None, :]
-    gap = np.clip(m - j, 0, None)  # P(m' <= j) = S[m - j]^P, and 1 once j >= m
-    cdf = survivals[:, gap] ** processes  # (sizes, m, j)
-    pmf = np.diff(cdf, axis=2, prepend=0.0)
-    return pmf @ values
-
-
-def fft_convolve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``np.convolve(a, b)`` for non-negative ``a``, ``b`` (pmfs, costs) in O(L log L) by a real FFT.
-
-    The FFT's rounding error is absolute (about 1e-16 times ``sum(a) * max(b)`` per entry), so tiny negative
-    results are clipped to 0: every caller convolves non-negative arrays.
-
-    Example:
-        >>> fft_convolve(np.array([0.5, 0.5]), np.array([1.0, 2.0, 3.0])).round(12).tolist()
-        [0.5, 1.5, 2.5, 1.5]
-    """
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    length = len(a) + len(b) - 1
-    size = 1 << max(length - 1, 0).bit_length()  # a power of two: numpy's FFT is fastest there
-    out = np.fft.irfft(np.fft.rfft(a, size) * np.fft.rfft(b, size), size)[:length]
-    return np.maximum(out, 0.0)
-
-
-def next_values_operator(survivals: np.ndarray, processes: int) -> Callable[[np.ndarray], np.ndarray]:
-    """:func:`expected_next_values` as a function of ``values`` for fixed ``survivals``, in O(L log L) per size.
-
-    The step's next shortfall is ``m' = max_p (m - Y_p)^+ = (m - Z)^+`` with ``Z = min_p Y_p``, and
-    ``P(Z >= t) = P(Y >= t) ** processes``: the processes collapse into one count ``Z``, and
-    ``E[values[m']] = sum_{z < m} P(Z = z) values[m - z] + P(Z >= m) values[0]`` is a convolution of ``Z``'s pmf
-    with ``values`` (``values[0]`` left out, it enters through the tail). The transforms of the pmfs are taken once,
-    so each of the Bellman recursion's rounds costs one FFT of ``values`` and one inverse per size.
-
-    Example:
-        >>> s = survival(np.array([0.5, 0.5]), 1)
-        >>> next_values_operator(s[None, :], processes=1)(np.array([0.0, 10.0])).round(12).tolist()
-        [[0.0, 5.0]]
-    """
-    survivals = np.asarray(survivals, dtype=float)
-    limit = survivals.shape[1] - 1
-    tails = survivals**processes  # P(Z >= t)
-    # P(Z = z) for z < limit; P(Z >= limit) only ever meets values[0], through the tail term.
-    pmf = tails[:, :limit] - tails[:, 1:]
-    size = 1 << max(2 * limit - 1, 0).bit_length()  # >= 2 * limit: no wrap-around into m <= limit
-    transforms = np.fft.rfft(pmf, size, axis=1)
-
-    def apply(values: np.ndarray) -> np.ndarray:
-        inner = np.array(values, dtype=float)
-        inner[0] = 0.0
-        spread = np.fft.irfft(transforms * np.fft.rfft(inner, size)[None, :], size, axis=1)[:, : limit + 1]
-        return spread + tails * values[0]
-
-    return apply
-
-
-@dataclass(frozen=True)
-class Costs:
-    """A step's cost parameters, all in completion-equivalents."""
-
-    latency: float  # fixed cost of one round
-    generations: int  # G: completions per group
-    group_value: float  # cost of a missing group when the rounds run out (bought again in a later step)
-    exhaustion_penalty: float  # extra cost when a step ends short (the run stops with on_exhausted="error")
-
-
-def plan_values(
-    costs: Costs,
-    future_survivals: np.ndarray,
-    future_sizes: Sequence[int],
-    rounds: int,
-    processes: int,
-    method: str = "direct",
-) -> np.ndarray:
-    """``V[k, m]``: least expected cost to finish a step with ``m`` groups missing and ``k`` rounds still allowed.
-
-    Dynamic programming over rounds (Bellman): with no round left a shortfall costs
-    ``group_value * m + exhaustion_penalty``; with ``k`` left the cheapest round size ``n`` (from ``future_sizes``,
-    survivals as in :func:`expected_next_values`) pays ``latency + G * n`` plus the expected cost of what is left.
-    ``method="fft"`` takes the expectations by :func:`next_values_operator` (O(sizes * L log L) per round instead of
-    O(sizes * L^2), equal up to rounding); ``"direct"`` is the matrix form.
-
-    Example:
-        >>> costs = Costs(latency=0.0, generations=1, group_value=100.0, exhaustion_penalty=0.0)
-        >>> sure = np.array([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])  # n = 1 or 2 groups, always informative
-        >>> plan_values(costs, sure, [1, 2], rounds=2, processes=1)[2].tolist()  # m = 2: one round of 2, cost 2
-        [0.0, 1.0, 2.0]
-    """
-    limit = future_survivals.shape[1] - 1
-    shortfall = np.arange(limit + 1, dtype=float)
-    values = np.empty((rounds + 1, limit + 1))
-    values[0] = costs.group_value * shortfall + costs.exhaustion_penalty * (shortfall > 0)
-    if method not in ("direct", "fft"):
-        raise ValueError(f"method={method!r} must be 'direct' or 'fft'")
-    round_costs = costs.latency + costs.generations * np.asarray(future_sizes, dtype=float)[:, None]
-    if method == "fft" and len(future_sizes):
-        operator = next_values_operator(future_survivals, processes)
-    else:
-        operator = functools.partial(_direct_next_values, survivals=future_survivals, processes=processes)
-    for k in range(1, rounds + 1):
-        if len(future_sizes) == 0:
-            values[k] = values[k - 1]
-            continue
-        candidates = round_costs + operator(values[k - 1])
-        values[k] = np.minimum(candidates.min(axis=0), values[k - 1])  # stopping early is never cheaper, but safe
-        values[k, 0] = 0.0
-    return values
-
-
-def _direct_next_values(values: np.ndarray, survivals: np.ndarray, processes: int) -> np.ndarray:
-    return expected_next_values(values, survivals, processes)
-
-
-def least_cost_between(
-    costs: Callable[[list[int]], Sequence[float]],
-    low: int,
-    high: int,
-    slope: float,
-    scores: dict[int, float],
-    tolerance: float,
-) -> None:
-    """Score (into ``scores``) enough integers strictly between ``low`` and ``high`` to come within ``tolerance``
-    of their least cost; ``costs`` scores a list of sizes at once.
-
-    The cost is ``cost(n) = slope * n + f(n)`` with ``f`` non-increasing (more groups can only lower the expected
-    cost of what is left); ``low`` and ``high`` are scored already. For every ``n`` in ``(a, b)`` then
-    ``cost(n) >= slope * (a + 1) + f(b) = cost(b) - slope * (b - a - 1)``: an interval whose bound is above the best
-    score so far less ``tolerance`` holds nothing cheaper by more than ``tolerance`` and is not scored; the others
-    are split at their middle, all middles of one level scored in one call (the caller vectorises). Afterwards
-    ``min(scores.values())`` is at most the least cost over ``[low, high]`` plus ``tolerance`` (a negative
-    tolerance, the rounding of ``f``, makes it the least).
-
-    Example:
-        >>> scores = {0: 10.0, 100: 100.0}
-        >>> least_cost_between(lambda ns: [n + max(10 - n, 0) for n in ns], 0, 100, 1.0, scores, tolerance=0.0)
-        >>> min(scores.values()), len(scores) < 20
-        (10.0, True)
-    """
-    level = [(low, high)]
-    while level:
-        best = min(scores.values())
-        level = [(a, b) for a, b in level if b - a >= 2 and scores[b] - slope * (b - a - 1) <= best - tolerance]
-        middles = sorted({(a + b) // 2 for a, b in level} - set(scores))
-        scores.update(zip(middles, costs(middles)))
-        level = [half for a, b in level for half in ((a, (a + b) // 2), ((a + b) // 2, b))]
-
-
-def size_grid(upper: int, lower: int = 1, dense: int = 64, steps: int = 48) -> list[int]:
-    """Candidate round sizes in ``[lower, upper]``: every size up to ``dense``, then geometric steps.
-
-    Example:
-        >>> size_grid(10)
-        [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
-        >>> size_grid(1000, dense=4, steps=4)
-        [1, 2, 3, 4, 25, 159, 1000]
-    """
-    if upper < lower:
-        return []
-    sizes = set(range(lower, min(upper, dense) + 1))
-    if upper > dense:
-        start = max(dense, lower)
-        sizes.update(int(round(v)) for v in np.geomspace(start, upper, steps))
-    return sorted(s for s in sizes if lower <= s <= upper)
-
+from .retention import RetentionEstimate, at_least_probability, beta_binomial_head, beta_binomial_rows
+from .round_cost import Costs, RoundCostModel, plan_values, size_grid, survival
+from .scoring import cheapest_refill_fast
 
 # ------------------------------------------------------------------------------------ the fixed-factor rule
 
@@ -384,129 +103,7 @@ def plan_refill_groups(
 POOLED = "all"  # the stratum of prompts the caller does not stratify
 REFILL = "\x00refill"  # the cost search's one stratum for refill groups (no caller names a stratum so)
 EXACT_UP_TO = 128  # direct search up to this shortfall and 4x it per round (RefillPlanner.exact_up_to)
-PLAN_TOLERANCE = 0.002  # above EXACT_UP_TO: the plan's expected cost is within this fraction of the best size's
 DEFAULT_ROUNDS = 10  # rounds a step may take when the caller does not say (dynamic_sampling_max_rounds default)
-
-
-@dataclass
-class RetentionEstimate:
-    """Beta posterior over a retention rate: ``Beta(prior + informative, prior + zero-variance)``, with forgetting.
-
-    ``informative`` / ``uninformative`` are decayed counts of earlier steps; the prior is never decayed, so the
-    posterior stays proper (both parameters > 0) however long the run and whatever the rate.
-
-    Example:
-        >>> estimate = RetentionEstimate(prior_mean=0.5, prior_strength=2.0)
-        >>> estimate.fold(attempted=10, informative=8, decay=1.0)
-        >>> round(estimate.mean(), 3)
-        0.75
-    """
-
-    prior_mean: float = 0.5
-    prior_strength: float = 2.0
-    informative: float = 0.0
-    uninformative: float = 0.0
-
-    def alpha_beta(self, attempted: int = 0, informative: int = 0) -> tuple[float, float]:
-        """Posterior parameters, optionally with this step's not yet folded counts added at full weight."""
-        alpha = self.prior_mean * self.prior_strength + self.informative + informative
-        beta = (1.0 - self.prior_mean) * self.prior_strength + self.uninformative + (attempted - informative)
-        return alpha, beta
-
-    def mean(self, attempted: int = 0, informative: int = 0) -> float:
-        alpha, beta = self.alpha_beta(attempted, informative)
-        return alpha / (alpha + beta)
-
-    def fold(self, attempted: int, informative: int, decay: float) -> None:
-        """End of a step: older evidence keeps weight ``decay``, this step's counts enter at weight 1."""
-        self.informative = decay * self.informative + informative
-        self.uninformative = decay * self.uninformative + (attempted - informative)
-
-
-@functools.lru_cache(maxsize=4096)
-def _beta_binomial_pmf(trials: int, alpha: float, beta: float) -> np.ndarray:
-    pmf = np.asarray(beta_binomial_pmf(trials, alpha, beta))
-    pmf.flags.writeable = False  # shared by the cache
-    return pmf
-
-
-@functools.lru_cache(maxsize=4096)
-def _beta_binomial_head(trials: int, alpha: float, beta: float, limit: int) -> np.ndarray:
-    head = beta_binomial_head([trials], alpha, beta, limit)[0]
-    head.flags.writeable = False  # shared by the cache
-    return head
-
-
-def beta_binomial_pmf(trials: int, alpha: float, beta: float) -> list[float]:
-    """``P(Y = y)`` for ``y = 0..trials`` when ``Y ~ Binomial(trials, r)`` and ``r ~ Beta(alpha, beta)``.
-
-    Example:
-        >>> [round(p, 3) for p in beta_binomial_pmf(2, 1.0, 1.0)]  # a uniform rate: every count equally likely
-        [0.333, 0.333, 0.333]
-    """
-    if trials < 0 or alpha <= 0 or beta <= 0:
-        raise ValueError(f"need trials >= 0 and alpha, beta > 0, got {trials}, {alpha}, {beta}")
-    # log P(0) = log B(alpha, trials + beta) - log B(alpha, beta); then the ratio of consecutive terms,
-    # P(y + 1) / P(y) = (trials - y) (y + alpha) / ((y + 1) (trials - y - 1 + beta)), summed in log space.
-    log_first = math.lgamma(alpha + beta) + math.lgamma(trials + beta) - math.lgamma(beta)
-    log_first -= math.lgamma(alpha + beta + trials)
-    y = np.arange(trials, dtype=float)
-    log_ratio = np.log(trials - y) + np.log(y + alpha) - np.log(y + 1) - np.log(trials - y - 1 + beta)
-    log_pmf = log_first + np.concatenate(([0.0], np.cumsum(log_ratio)))
-    pmf = np.exp(log_pmf - log_pmf.max())
-    return (pmf / pmf.sum()).tolist()  # renormalised: tail sums stay within [0, 1]
-
-
-def beta_binomial_head(trials: Sequence[int], alpha: float, beta: float, limit: int) -> np.ndarray:
-    """``P(Y = y)`` for ``y < limit`` and ``P(Y >= limit)`` last, one row per entry of ``trials`` (Beta-Binomial).
-
-    The same law as :func:`beta_binomial_pmf`, truncated at ``limit`` and vectorised over many round sizes: the
-    planner only needs to know whether a round brings 0, 1, ... or at least ``limit`` informative groups.
-
-    Example:
-        >>> beta_binomial_head([2, 3], 1.0, 1.0, limit=2).round(3).tolist()  # uniform rate: 1/(n+1) per count
-        [[0.333, 0.333, 0.333], [0.25, 0.25, 0.5]]
-    """
-    if alpha <= 0 or beta <= 0 or limit < 0:
-        raise ValueError(f"need alpha, beta > 0 and limit >= 0, got {alpha}, {beta}, {limit}")
-    counts = np.asarray(trials, dtype=int)
-    if len(counts) == 0:
-        return np.zeros((0, limit + 1))
-    n = counts.astype(float)[:, None]
-    # log P(0) = [lgamma(b + n) - lgamma(b)] - [lgamma(a + b + n) - lgamma(a + b)]: for every n at once from one
-    # running sum, since lgamma(x + k + 1) = lgamma(x + k) + log(x + k).
-    k = np.arange(counts.max(), dtype=float)
-    running = np.concatenate(([0.0], np.cumsum(np.log(k + beta) - np.log(k + alpha + beta))))
-    log_first = running[counts][:, None]
-    y = np.arange(limit, dtype=float)[None, :]
-    with np.errstate(divide="ignore", invalid="ignore"):  # terms past n are impossible: log 0 = -inf
-        log_ratio = np.log(np.clip(n - y, 0, None)) + np.log(y + alpha) - np.log(y + 1) - np.log(n - y - 1 + beta)
-    log_ratio = np.where(n - y > 0, log_ratio, -np.inf)
-    head = np.exp(log_first + np.concatenate((np.zeros_like(n), np.cumsum(log_ratio, axis=1)), axis=1))
-    head[:, limit] = np.clip(1.0 - head[:, :limit].sum(axis=1), 0.0, 1.0)  # P(Y >= limit)
-    return head
-
-
-def at_least_probability(needed: int, sources: list[tuple[int, float, float]]) -> float:
-    """``P(Y_1 + ... + Y_k >= needed)`` for independent Beta-Binomial ``Y_i`` given as ``(trials, alpha, beta)``.
-
-    Example:
-        >>> round(at_least_probability(1, [(1, 1.0, 1.0), (1, 1.0, 1.0)]), 3)  # 1 - P(both 0) = 1 - 1/2 * 1/2
-        0.75
-    """
-    if needed <= 0:
-        return 1.0
-    sources = sorted((source for source in sources if source[0] > 0), key=lambda source: source[0])
-    if not sources:
-        return 0.0
-    distribution = np.ones(1)  # pmf of the sum of all sources but the largest
-    for trials, alpha, beta in sources[:-1]:
-        distribution = np.convolve(distribution, _beta_binomial_pmf(trials, alpha, beta))
-    # The largest source only through its tail: O(len) instead of a full convolution.
-    last = np.asarray(_beta_binomial_pmf(*sources[-1]))
-    tail = np.append(np.cumsum(last[::-1])[::-1], 0.0)  # tail[k] = P(largest >= k)
-    shortfall = np.clip(needed - np.arange(len(distribution)), 0, len(last))
-    return float(min(1.0, np.dot(distribution, tail[shortfall])))
 
 
 Strata = Sequence[str]  # one stratum name per prompt group
@@ -596,7 +193,7 @@ class RefillPlanner:
         self.exhaustion_cost_steps = exhaustion_cost_steps
         self.cost_model = RoundCostModel(prior_latency=round_latency)  # validates round_latency
         # Shortfalls up to this many groups are planned by the direct O(L^2)-per-candidate search (exact, and fast
-        # there); larger ones by the FFT search (_cheapest_refill_fast). Tests and benchmarks raise it to compare.
+        # there); larger ones by scoring.cheapest_refill_fast. Tests and benchmarks raise it to compare.
         self.exact_up_to = EXACT_UP_TO
         self.estimates: dict[str, RetentionEstimate] = {}  # decayed counts of earlier steps, per stratum
         self.last_step: dict[str, float] = {}  # what the last closed step planned and spent (for logging)
@@ -711,7 +308,8 @@ class RefillPlanner:
         """``V[m]``, the least expected cost to finish from a shortfall ``m`` with ``rounds`` rounds after this one,
         when every later round draws refill groups whose informative chance has the posterior ``refill``."""
         sizes = size_grid(cap, dense=16, steps=24)  # V is smooth in n: a coarse grid beyond 16 groups suffices
-        head = beta_binomial_head(sizes, *refill, limit)
+        rows = beta_binomial_rows if method == "fft" else beta_binomial_head  # the same law, the fast search's way
+        head = rows(sizes, *refill, limit)
         survivals = np.cumsum(head[:, ::-1], axis=1)[:, ::-1]  # P(Y >= t)
         return plan_values(self._costs(), survivals, sizes, rounds, self.num_processes, method=method)[rounds]
 
@@ -724,8 +322,9 @@ class RefillPlanner:
         one would make the cost search chase that order instead of the cost.
         """
         alpha, beta = self._pooled_alpha_beta()
-        means = [posteriors[s][0] / sum(posteriors[s]) for s in peeked]
-        mean = float(np.mean(means)) if means else alpha / (alpha + beta)
+        table = {s: posteriors[s][0] / sum(posteriors[s]) for s in set(peeked)}  # once per stratum, not prompt
+        means = np.fromiter(map(table.__getitem__, peeked), float, len(peeked))
+        mean = float(np.mean(means)) if len(means) else alpha / (alpha + beta)
         mean = min(max(mean, 1e-9), 1 - 1e-9)
         return mean * (alpha + beta), (1 - mean) * (alpha + beta)
 
@@ -763,7 +362,7 @@ class RefillPlanner:
         """
         limit = max(needed)
         peeked = self._peek(candidates, upper)
-        posteriors = self._posteriors({s for groups in (*own, peeked) for s in groups})
+        posteriors = self._posteriors(set(peeked).union(*own))  # set() at C speed: the peek is long
         refill_posterior = self._refill_posterior(peeked, posteriors)
         later_rounds = (rounds_left - 1) if rounds_left is not None else DEFAULT_ROUNDS - 1
         later_cap = self._round_cap()
@@ -773,7 +372,11 @@ class RefillPlanner:
         # shortfalls and rounds of a batch of up to exact_up_to groups (round cap 4x), too slow past them.
         if limit > self.exact_up_to or upper > 4 * self.exact_up_to:  # the same plan, O(L log L) per candidate
             values = self._future_values(limit, max(later_rounds, 0), max(later_cap, 0), refill_posterior, "fft")
-            return self._cheapest_refill_fast(needed, own, posteriors, refill_posterior, values, lower, upper)
+            found = cheapest_refill_fast(
+                self._costs(), needed, own, posteriors, refill_posterior, values, lower, upper
+            )
+            refill, self._plan = found
+            return refill
         values = self._future_values(limit, max(later_rounds, 0), max(later_cap, 0), refill_posterior)
         costs = self._costs()
         most = len(own[0]) + upper  # the most groups of one stratum any candidate puts on a process
@@ -802,95 +405,6 @@ class RefillPlanner:
         best = min(scores, key=lambda n: (scores[n][0], n))
         stop = costs.group_value * limit + costs.exhaustion_penalty  # what ending the step short costs now
         if lower >= 1 and scores[best][0] >= stop:  # no round is worth its cost: the step cannot be saved
-            self._plan = (stop, 0.0)
-            return 0
-        self._plan = scores[best]
-        return best
-
-    def _cheapest_refill_fast(
-        self,
-        needed: Sequence[int],
-        own: Sequence[Strata],
-        posteriors: dict[str, tuple[float, float]],
-        refill_posterior: tuple[float, float],
-        values: np.ndarray,
-        lower: int,
-        upper: int,
-    ) -> int:
-        """:meth:`_cheapest_refill`'s search for large shortfalls, with the same candidates and the same scores.
-
-        The direct search costs O(L^2) per candidate (L = the largest shortfall: every Beta-Binomial row up to the
-        round cap, one direct convolution per process and candidate) and scores every size between the coarse grid's
-        neighbours of its best point: about O(L^3) per decision. Here:
-
-        * only the Beta-Binomial rows a candidate uses are computed (cached);
-        * a process's own groups are convolved once per decision, and each candidate adds its refill groups with
-          one FFT convolution (:func:`fft_convolve`);
-        * processes with the same shortfall and strata are one factor raised to their number;
-        * the refinement scores only the sizes that can still beat the best one (:func:`least_cost_between`: the
-          expected cost of what is left falls as the round grows, so a bound rules out whole intervals).
-
-        Scores agree with the direct ones up to FFT rounding (about 1e-12 relative), and the refinement's choice
-        costs at most ``PLAN_TOLERANCE`` (0.2%) of the expected cost more than the direct search's choice.
-        """
-        limit = max(needed)
-        costs = self._costs()
-        groups: Counter = Counter()
-        for p in range(self.num_processes):
-            if needed[p] > 0:
-                groups[(needed[p], tuple(sorted(Counter(own[p]).items())))] += 1
-        # Only P(Y >= t) for t <= need matters: both laws are cut to their first ``need`` entries (counts of
-        # ``need`` and more fill the process however they combine), so a transform of 2 * need points suffices
-        # and the own groups' transform is taken once per decision.
-        owned = {}
-        for need, strata in groups:
-            distribution = np.ones(1)
-            for stratum, trials in strata:
-                head = _beta_binomial_head(trials, *posteriors[stratum], limit)
-                distribution = fft_convolve(distribution[:need], head[:need])[:need]
-            size = 1 << max(2 * need - 2, 0).bit_length()
-            owned[(need, strata)] = (np.fft.rfft(distribution[:need], size), size)
-        shortfalls = np.arange(limit + 1)
-        fixed = costs.latency + costs.generations * len(own[0])
-
-        def expected(refills: list[int]) -> list[tuple[float, float]]:
-            """Scores of many refill counts at once: one matrix of Beta-Binomial rows, one batch of FFTs."""
-            if not refills:
-                return []
-            heads = beta_binomial_head(refills, *refill_posterior, limit)  # trials 0: all mass on 0
-            cdf = np.ones((len(refills), limit + 1))  # P(m' <= j): every process short by at most j
-            for (need, strata), count in groups.items():
-                transform, size = owned[(need, strata)]
-                spread = np.fft.irfft(transform[None, :] * np.fft.rfft(heads[:, :need], size, axis=1), size, axis=1)
-                below = np.maximum(spread[:, :need], 0.0)
-                # tail[t] = P(Y >= t) = 1 - P(Y < t) for t = 0..need
-                tail = np.clip(1.0 - np.cumsum(below, axis=1), 0.0, 1.0)
-                tail = np.concatenate((np.ones((len(refills), 1)), tail), axis=1)
-                cdf *= tail[:, np.clip(need - shortfalls, 0, None)] ** count
-            pmf = np.diff(cdf, axis=1, prepend=0.0)
-            totals = fixed + costs.generations * np.asarray(refills, dtype=float) + pmf @ values
-            return list(zip(totals.tolist(), pmf[:, 0].tolist()))
-
-        grid = size_grid(upper, lower, dense=8, steps=16) if upper >= lower else [lower]
-        scores = dict(zip(grid, expected(grid)))
-        best = min(grid, key=lambda n: scores[n][0])
-        at = grid.index(best)
-        totals = {n: score[0] for n, score in scores.items()}
-
-        def score(refills: list[int]) -> list[float]:
-            found = expected(refills)
-            scores.update(zip(refills, found))
-            return [total for total, _ in found]
-
-        # The cost is flat near its minimum (each extra group costs G and saves about G of later rounds), so an
-        # exact refinement would score most sizes between the grid neighbours; a tolerance of PLAN_TOLERANCE of the
-        # expected cost lets the bound skip whole intervals and still certifies the plan's gap to the best size.
-        tolerance = PLAN_TOLERANCE * abs(totals[best])
-        low, high = grid[max(at - 1, 0)], grid[min(at + 1, len(grid) - 1)]
-        least_cost_between(score, low, high, costs.generations, totals, tolerance)
-        best = min(scores, key=lambda n: (scores[n][0], n))
-        stop = costs.group_value * limit + costs.exhaustion_penalty
-        if lower >= 1 and scores[best][0] >= stop:
             self._plan = (stop, 0.0)
             return 0
         self._plan = scores[best]
