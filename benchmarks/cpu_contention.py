@@ -229,9 +229,11 @@ def report(results: dict) -> None:
             for policy in policies:
                 value = seconds[busy, threads, policy]
                 quiet, spin = seconds.get((0, threads, policy)), seconds.get((busy, threads, "default"))
-                cells.append(
-                    f"{value:.1f} s ({value / quiet:.2f}x quiet" + (f", {value / spin:.2f}x default)" if spin else ")")
-                )
+                ratios = [
+                    f"{value / quiet:.2f}x quiet" if quiet else "",
+                    f"{value / spin:.2f}x default" if spin else "",
+                ]
+                cells.append(f"{value:.1f} s ({', '.join(filter(None, ratios))})")
             print(f"| {busy} | {threads} | " + " | ".join(cells) + " |")
     print()
     for busy in loads:
