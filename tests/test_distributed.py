@@ -21,23 +21,24 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def run_on_two_processes(tmp_path, mode: str) -> list[dict]:
-    """Run tests/distributed_dynamic_sampling.py in ``mode`` on 2 CPU processes; each rank's report."""
+def run_on_two_processes(
+    tmp_path, modes: str, accelerate_config: str | None = None, config: dict | None = None
+) -> list[dict]:
+    """Run tests/distributed_dynamic_sampling.py in ``modes`` on 2 CPU processes; each rank's ``{mode: report}``.
+
+    Launched by ``torchrun`` (DDP on gloo), or by ``accelerate launch --config_file accelerate_config`` the way
+    users launch DeepSpeed (``--mixed_precision no``: the CPU computes in float32, like the DDP run it is compared to).
+    ``config``: keywords for every trainer's config.
+    """
     script = os.path.join(os.path.dirname(__file__), "distributed_dynamic_sampling.py")
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_addr",
-        "127.0.0.1",
-        "--master_port",
-        str(free_port()),
-        script,
-        str(tmp_path),
-        mode,
-    ]
+    if accelerate_config is None:
+        launcher = ["torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1"]
+        launcher += ["--master_port", str(free_port())]
+    else:
+        launcher = ["accelerate.commands.launch", "--config_file", accelerate_config, "--num_processes", "2"]
+        launcher += ["--mixed_precision", "no", "--main_process_ip", "127.0.0.1"]
+        launcher += ["--main_process_port", str(free_port())]
+    command = [sys.executable, "-m", *launcher, script, str(tmp_path), modes, json.dumps(config or {})]
     env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
@@ -49,7 +50,7 @@ def run_on_two_processes(tmp_path, mode: str) -> list[dict]:
 
 
 def test_two_processes_agree(tmp_path):
-    reports = run_on_two_processes(tmp_path, "agree")
+    reports = [report["agree"] for report in run_on_two_processes(tmp_path, "agree")]
     assert [r["num_processes"] for r in reports] == [2, 2]
     assert [r["global_step"] for r in reports] == [3, 3]
     for report in reports:
@@ -73,7 +74,7 @@ def test_two_processes_agree(tmp_path):
 
 def test_two_processes_resume_exactly(tmp_path):
     """Default planner, history skipping: each rank saves its own refill state beside its RNG state and resumes."""
-    reports = run_on_two_processes(tmp_path, "resume")
+    reports = [report["resume"] for report in run_on_two_processes(tmp_path, "resume")]
     files = reports[0]["checkpoint_files"]
     assert {"rng_state_0.pth", "rng_state_1.pth", "dapo_refill_state_0.json", "dapo_refill_state_1.json"} <= set(files)
     for report in reports:

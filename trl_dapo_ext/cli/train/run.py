@@ -15,6 +15,7 @@ from trl import ModelConfig
 from trl_dapo_ext.cli.interrupts import INTERRUPTED_DIR, RunInterrupted, report_interrupt, save_on_interrupt
 from trl_dapo_ext.config import DAPOConfig
 from trl_dapo_ext.cpu_threads import parse_threads, set_cpu_threads
+from trl_dapo_ext.launch import LaunchError
 
 from .arguments import TrainError, TrainScriptArguments, parse_args
 from .data import load_train_dataset
@@ -152,7 +153,7 @@ def main(argv: list[str] | None = None, prog: str = "trl-dapo train") -> int:
         return 2
     try:
         train(script_args, training_args, model_args)
-    except TrainError as error:
+    except (TrainError, LaunchError) as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
     except (RunInterrupted, KeyboardInterrupt) as error:
