@@ -65,6 +65,18 @@ def resume(output_dir: str, **config) -> dict:
     }
 
 
+class RoundRecorder(KindReward):
+    """KindReward that also keeps the prompts of every call: one call per generation round on each rank."""
+
+    def __init__(self):
+        super().__init__()
+        self.rounds: list[list[str]] = []
+
+    def __call__(self, completions, kind, prompts, **kwargs):
+        self.rounds.append(sorted(set(prompts)))
+        return super().__call__(completions, kind, **kwargs)
+
+
 def parameter_digest(trainer) -> str:
     """sha256 of every parameter of the trained model, in name order (gathered first when ZeRO-3 shards them)."""
     model = trainer.accelerator.unwrap_model(trainer.model_wrapped)
@@ -114,7 +126,7 @@ def agree(output_dir: str, **config) -> dict:
     tokenizer = build_char_tokenizer()
     model = build_tiny_causal_lm(tokenizer, hidden_size=32, num_layers=1, seed=2)
     dataset = kinds_dataset(["right", "wrong", "varying"], repeat=16)
-    reward = KindReward()
+    reward = RoundRecorder()
     trainer = tiny_trainer(
         model,
         reward,
@@ -130,12 +142,14 @@ def agree(output_dir: str, **config) -> dict:
     )
     recorder = BatchRecorder(trainer)
     losses = record_losses(trainer)
+    initial_digest = parameter_digest(trainer)
     trainer.train()
     return {
         "engine": engine(trainer),
         "losses": losses,
+        "initial_digest": initial_digest,
         "parameter_digest": parameter_digest(trainer),
-        "reward_calls": len(reward.calls),
+        "round_prompts": reward.rounds,
         "prompts": [tokenizer.batch_decode(b["prompt_ids"], skip_special_tokens=True) for b in recorder.batches],
         "rank": trainer.accelerator.process_index,
         "num_processes": trainer.accelerator.num_processes,
