@@ -42,3 +42,13 @@ def test_deepspeed_dropped_by_accelerate_is_refused():
         check_launch(state(2, "MULTI_CPU"), environ)
     with pytest.raises(LaunchError, match="asks for DeepSpeed but accelerate runs MULTI_CPU: on a CPU"):
         check_launch(state(2, "MULTI_CPU"), {**environ, "ACCELERATE_USE_CPU": "false"})
+
+
+def test_fsdp_dropped_on_a_cpu_and_collectives_that_do_nothing_are_refused():
+    environ = {"WORLD_SIZE": "2", "ACCELERATE_USE_FSDP": "true"}
+    for kind in ("NO", "MULTI_CPU"):
+        with pytest.raises(LaunchError, match=f"asks for FSDP but accelerate runs {kind}: .* never on a CPU"):
+            check_launch(state(2, kind), environ)
+    check_launch(state(2, "FSDP"), environ)
+    with pytest.raises(LaunchError, match="2 processes with no distributed type: its gather and reduce"):
+        check_launch(state(2, "NO"), {"WORLD_SIZE": "2"})

@@ -8,6 +8,7 @@ LOSS_TOLERANCE (float32 throughout; on this model they are equal to the last pri
 
 from __future__ import annotations
 
+from importlib.resources import files
 from pathlib import Path
 
 import pytest
@@ -79,3 +80,12 @@ def test_lone_processes_are_refused(tmp_path):
     assert result.returncode != 0
     assert "LaunchError: the launcher started 2 processes (WORLD_SIZE=2) but accelerate runs 1" in result.stderr
     assert "ddp_backend='gloo'" in result.stderr
+
+
+def test_fsdp2_on_a_cpu_is_refused(tmp_path):
+    """TRL's own FSDP2 config: accelerate turns FSDP on only for GPU-like devices, so on a CPU the processes would run
+    with distributed type NO (gather and reduce do nothing); the trainer stops with one line instead."""
+    fsdp2 = str(files("trl") / "accelerate_configs" / "fsdp2.yaml")
+    result = launch_two_processes(tmp_path, "agree", fsdp2, ON_CPU)
+    assert result.returncode != 0
+    assert "LaunchError: the accelerate config asks for FSDP but accelerate runs NO" in result.stderr
