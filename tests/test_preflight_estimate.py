@@ -89,6 +89,17 @@ def test_zero_stages_divide_what_each_process_holds():
     assert lora3.parts["LoRA and optimizer"] == pytest.approx(lora0.parts["LoRA and optimizer"] / 4)
 
 
+def test_cli_gives_the_memory_per_process_under_zero(capsys):
+    argv = ["--config", str(RECIPES / "multi_gpu_zero2_vllm_server.yaml"), "--num-processes", "3"]
+    assert estimate_cli.main([*argv, "--zero-stage", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "3 training processes, ZeRO-2" in out and "| optimizer and gradients | 6.71 |" in out  # docs/memory.md
+    assert "| weights | 2.88 |" in out and "| total (x1.15 fragmentation + 0.8 GiB CUDA context) | 17.97 |" in out
+    assert estimate_cli.main([*argv, "--zero-stage", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "| weights | 0.96 |" in out and "| ZeRO-3 gathered weights | 1.92 |" in out
+
+
 def test_tokens_per_step_and_shapes():
     assert tokens_per_step(64 * 8, 1000) == 512_000  # the seeds' example
     assert round(ModelShape.from_config(PUBLISHED["Qwen/Qwen2.5-0.5B"]).parameters() / 1e6) == 494
