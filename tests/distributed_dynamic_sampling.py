@@ -105,12 +105,18 @@ def record_losses(trainer) -> list[float]:
 
 
 def engine(trainer) -> dict:
-    """What actually trains: the wrapper class, accelerate's distributed type and the DeepSpeed ZeRO stage."""
+    """What actually trains: the wrapper class, accelerate's distributed type, the DeepSpeed ZeRO stage configured,
+    the optimizer DeepSpeed built for it and how many parameters this process holds only a shard of."""
     plugin = trainer.accelerator.state.deepspeed_plugin
+    wrapped = trainer.model_wrapped
+    optimizer = getattr(wrapped, "optimizer", None)  # a DeepSpeedEngine's own ZeRO optimizer
+    sharded = [p for p in wrapped.parameters() if hasattr(p, "ds_tensor") and p.ds_tensor.numel() < p.ds_numel]
     return {
-        "wrapper": type(trainer.model_wrapped).__name__,
+        "wrapper": type(wrapped).__name__,
         "distributed_type": str(trainer.accelerator.distributed_type).rsplit(".", 1)[-1],
         "zero_stage": plugin.zero_stage if plugin is not None else None,
+        "zero_optimizer": type(optimizer).__name__ if optimizer is not None else None,
+        "sharded_parameters": len(sharded),
         "world_size": torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1,
     }
 

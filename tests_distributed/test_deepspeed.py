@@ -39,13 +39,18 @@ def zero3(tmp_path_factory) -> list[dict]:
 
 def assert_deepspeed_run(reports: list[dict], reference: list[dict], stage: int) -> None:
     """DeepSpeed's engine at ``stage`` trained on both ranks, which agree as under DDP and lose what DDP loses."""
+    optimizer = {2: "DeepSpeedZeroOptimizer", 3: "DeepSpeedZeroOptimizer_Stage3"}[stage]
     for report in reports:
+        sharded = report["engine"].pop("sharded_parameters")
         assert report["engine"] == {
             "wrapper": "DeepSpeedEngine",
             "distributed_type": "DEEPSPEED",
             "zero_stage": stage,
+            "zero_optimizer": optimizer,
             "world_size": 2,
         }
+        # ZeRO-3 leaves each process a shard of the parameters (all of them here); ZeRO-2 keeps them whole.
+        assert (sharded > 0) == (stage == 3), sharded
     assert_ranks_agree(reports)
     assert [r["engine"]["wrapper"] for r in reference] == ["DistributedDataParallel"] * 2
     compared = FIRST_STEPS * 2
