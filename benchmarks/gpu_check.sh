@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Prepared GPU check (issue 16): DAPOTrainer with dynamic sampling and a LoRA adapter, a tiny model in bf16 on CUDA,
-# under TRL 1.16 and TRL 1.15 (1.15's Triton log-prob kernel, without the CPU shim the CPU suite needs). Prints
-# steps/s and peak GPU memory per TRL release. Budget: under 8 minutes on one GPU (the training itself takes seconds;
-# most of it is imports and two pip installs from local wheels).
+# under TRL 1.16 and TRL 1.15 (1.15's Triton log-prob kernel, without the CPU shim the CPU suite needs), then under
+# TRL 1.16 with DeepSpeed ZeRO-2 through `accelerate launch --config_file recipes/accelerate/zero2.yaml` on every
+# visible GPU (NCCL, bf16; the CPU lane `make test-distributed` covers gloo). Prints steps/s and peak GPU memory per
+# run, and the engine and ZeRO stage the ZeRO-2 run really used. Budget: under 8 minutes on one GPU (the training
+# itself takes seconds; most of it is imports and three pip installs from local wheels).
 #
 # The GPU machine has Python and PyTorch (CUDA) but cannot reach a package registry, so everything else travels
 # with the working tree as wheels:
@@ -18,6 +20,7 @@ WHEELS=benchmarks/.gpu_wheels
 PYTHON=${PYTHON:-python3}
 PYVER=${GPU_PYTHON_VERSION:-3.11}
 WORK=${GPU_CHECK_DIR:-/tmp/trl-dapo-gpu-check}
+DEEPSPEED_VERSION=0.19.8  # as the CPU lane (Makefile DEEPSPEED_VERSION)
 
 if [[ "${1:-}" == "prepare" ]]; then
     rm -rf "$WHEELS" && mkdir -p "$WHEELS"
@@ -28,6 +31,9 @@ if [[ "${1:-}" == "prepare" ]]; then
     # GPU machine has its own.
     $PYTHON -m pip download -q -d "$WHEELS" "${PLATFORM[@]}" "trl==1.16.0" "peft>=0.17" "torch==2.13.0"
     $PYTHON -m pip download -q -d "$WHEELS" "${PLATFORM[@]}" --no-deps "trl==1.15.0"
+    # DeepSpeed is an sdist on PyPI: built here into a pure-Python wheel (its ops compile on first use, if at all).
+    $PYTHON -m pip wheel -q --no-deps -w "$WHEELS" "deepspeed==$DEEPSPEED_VERSION"
+    $PYTHON -m pip download -q -d "$WHEELS" "${PLATFORM[@]}" einops hjson msgpack ninja py-cpuinfo "pydantic>=2"
     # torch and what every torch install brings along are on the GPU machine already.
     for name in torch nvidia_ triton- sympy- mpmath- networkx- jinja2- markupsafe- filelock- fsspec- \
         typing_extensions- setuptools-; do
@@ -49,6 +55,7 @@ VPY="$WORK/venv/bin/python"
 $VPY -m pip install -q --no-index --find-links "$WHEELS" "trl==1.16.0" "peft>=0.17"
 $VPY -m pip install -q --no-index --find-links "$WHEELS" --no-deps trl-dapo-ext  # matplotlib, math-verify: unused here
 $VPY -m pip install -q --no-index --find-links "$WHEELS" --no-deps --target "$WORK/trl-1.15.0" "trl==1.15.0"
+$VPY -m pip install -q --no-index --find-links "$WHEELS" "deepspeed==$DEEPSPEED_VERSION"
 
 cat > "$WORK/check.py" <<'PY'
 import json, os, sys, time, warnings
@@ -80,8 +87,13 @@ started = time.perf_counter()
 trainer.train()
 wall = time.perf_counter() - started
 rounds = [h["dynamic_sampling/rounds"] for h in trainer.state.log_history if "dynamic_sampling/rounds" in h]
+plugin = trainer.accelerator.state.deepspeed_plugin
+if not trainer.accelerator.is_main_process:
+    sys.exit(0)
 print(json.dumps({
     "trl": trl.__version__, "gpu": torch.cuda.get_device_name(), "steps": trainer.state.global_step,
+    "processes": trainer.accelerator.num_processes, "engine": type(trainer.model_wrapped).__name__,
+    "zero_stage": plugin.zero_stage if plugin is not None else None,
     "steps_per_s": round(trainer.state.global_step / wall, 3), "rounds_per_step": round(sum(rounds) / len(rounds), 2),
     "peak_allocated_gib": round(torch.cuda.max_memory_allocated() / 2**30, 3),
     "peak_reserved_gib": round(torch.cuda.max_memory_reserved() / 2**30, 3),
@@ -92,4 +104,8 @@ echo "--- TRL 1.16"
 $VPY "$WORK/check.py" "$WORK/out-116" | tail -1
 echo "--- TRL 1.15 (its Triton log-prob kernel on CUDA; no CPU shim)"
 PYTHONPATH="$WORK/trl-1.15.0" $VPY "$WORK/check.py" "$WORK/out-115" | tail -1
+GPUS=$($VPY -c "import torch; print(torch.cuda.device_count())")
+echo "--- TRL 1.16, DeepSpeed ZeRO-2 through accelerate on $GPUS GPU(s) (expect engine DeepSpeedEngine, zero_stage 2)"
+$VPY -m accelerate.commands.launch --config_file recipes/accelerate/zero2.yaml --num_processes "$GPUS" \
+    "$WORK/check.py" "$WORK/out-zero2" | tail -1
 echo "gpu_check: $(( $(date +%s) - started )) s in all"

@@ -1,15 +1,23 @@
-"""Run by tests/test_distributed.py under `torchrun --nproc_per_node 2` (gloo, CPU): dynamic sampling on 2 processes.
+"""Dynamic sampling on 2 CPU processes: run by tests/test_distributed.py under `torchrun --nproc_per_node 2` (DDP,
+gloo) and by tests_distributed/ under `accelerate launch` with the project's DeepSpeed configs.
 
-Each process writes what it saw to OUTPUT_DIR/rank{N}.json. Mode ``agree`` (default): the rounds and sizes of every
-update batch. Mode ``resume``: a run with the default planner and history skipping, checkpointed at step 2, then
+    distributed_dynamic_sampling.py OUTPUT_DIR MODES [CONFIG_JSON]
+
+MODES: comma-separated, run one after another in the same processes. ``agree``: the rounds, sizes, prompts and
+losses of every update batch, the engine in use and a digest of the parameters after training. ``lora``: the same
+with a LoRA adapter. ``resume``: a run with the default planner and history skipping, checkpointed at step 2, then
 resumed from that checkpoint; the refill draws, counters and steering state of both after the checkpoint.
+CONFIG_JSON: config keywords for every trainer (e.g. ``{"use_cpu": false, "ddp_backend": "gloo"}`` for DeepSpeed).
+Each process writes ``{mode: report}`` to OUTPUT_DIR/rank{N}.json.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
+from contextlib import nullcontext
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -25,14 +33,16 @@ from trl_dapo_ext.metric_names import N  # noqa: E402
 from trl_dapo_ext.tiny import build_char_tokenizer, build_tiny_causal_lm  # noqa: E402
 
 
-def resume(output_dir: str) -> dict:
+def resume(output_dir: str, **config) -> dict:
     tokenizer = build_char_tokenizer()
     dataset = kinds_dataset(["right", "varying", "right"], repeat=16)
     run_dir = os.path.join(output_dir, "run")
 
     def trainer():
         model = build_tiny_causal_lm(tokenizer, hidden_size=32, num_layers=1, seed=2)
-        return tiny_trainer(model, KindReward(), dataset, tokenizer, run_dir, dynamic_sampling=True, **RESUME)
+        return tiny_trainer(
+            model, KindReward(), dataset, tokenizer, run_dir, dynamic_sampling=True, **RESUME, **config
+        )
 
     full = trainer()
     full_takes = record_takes(full)
@@ -55,13 +65,77 @@ def resume(output_dir: str) -> dict:
     }
 
 
-def agree(output_dir: str) -> dict:
+class RoundRecorder(KindReward):
+    """KindReward that also keeps the prompts of every call: one call per generation round on each rank."""
+
+    def __init__(self):
+        super().__init__()
+        self.rounds: list[list[str]] = []
+
+    def __call__(self, completions, kind, prompts, **kwargs):
+        self.rounds.append(sorted(set(prompts)))
+        return super().__call__(completions, kind, **kwargs)
+
+
+def parameter_digest(trainer) -> str:
+    """sha256 of every parameter of the trained model, in name order (gathered first when ZeRO-3 shards them)."""
+    model = trainer.accelerator.unwrap_model(trainer.model_wrapped)
+    params = [p for _, p in sorted(model.named_parameters(), key=lambda item: item[0])]
+    gather = nullcontext()
+    if any(hasattr(p, "ds_id") for p in params):  # a ZeRO-3 partitioned parameter
+        import deepspeed
+
+        gather = deepspeed.zero.GatheredParameters(params)
+    with gather:
+        return hashlib.sha256(b"".join(p.detach().float().cpu().numpy().tobytes() for p in params)).hexdigest()
+
+
+def record_losses(trainer) -> list[float]:
+    """Each micro-batch's loss as this rank computes it (the logged loss is averaged over the ranks)."""
+    losses: list[float] = []
+    inner = trainer.compute_loss
+
+    def recorded(*args, **kwargs):
+        loss = inner(*args, **kwargs)
+        losses.append(loss.item())
+        return loss
+
+    trainer.compute_loss = recorded
+    return losses
+
+
+def engine(trainer) -> dict:
+    """What actually trains: the wrapper class, accelerate's distributed type, the DeepSpeed ZeRO stage configured,
+    the optimizer DeepSpeed built for it and how many parameters this process holds only a shard of."""
+    plugin = trainer.accelerator.state.deepspeed_plugin
+    wrapped = trainer.model_wrapped
+    optimizer = getattr(wrapped, "optimizer", None)  # a DeepSpeedEngine's own ZeRO optimizer
+    sharded = [p for p in wrapped.parameters() if hasattr(p, "ds_tensor") and p.ds_tensor.numel() < p.ds_numel]
+    return {
+        "wrapper": type(wrapped).__name__,
+        "distributed_type": str(trainer.accelerator.distributed_type).rsplit(".", 1)[-1],
+        "zero_stage": plugin.zero_stage if plugin is not None else None,
+        "zero_optimizer": type(optimizer).__name__ if optimizer is not None else None,
+        "sharded_parameters": len(sharded),
+        "world_size": torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1,
+    }
+
+
+def lora(output_dir: str, **config) -> dict:
+    from peft import LoraConfig
+
+    adapter = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    return agree(output_dir, peft_config=adapter, learning_rate=5e-2, **config)
+
+
+def agree(output_dir: str, **config) -> dict:
     tokenizer = build_char_tokenizer()
     model = build_tiny_causal_lm(tokenizer, hidden_size=32, num_layers=1, seed=2)
     dataset = kinds_dataset(["right", "wrong", "varying"], repeat=16)
+    reward = RoundRecorder()
     trainer = tiny_trainer(
         model,
-        KindReward(),
+        reward,
         dataset,
         tokenizer,
         output_dir,
@@ -70,10 +144,19 @@ def agree(output_dir: str) -> dict:
         dynamic_sampling_oversample=1.5,
         scale_rewards="batch",
         gradient_accumulation_steps=2,
+        **config,
     )
     recorder = BatchRecorder(trainer)
+    losses = record_losses(trainer)
+    initial_digest = parameter_digest(trainer)
     trainer.train()
     return {
+        "engine": engine(trainer),
+        "losses": losses,
+        "initial_digest": initial_digest,
+        "parameter_digest": parameter_digest(trainer),
+        "round_prompts": reward.rounds,
+        "prompts": [tokenizer.batch_decode(b["prompt_ids"], skip_special_tokens=True) for b in recorder.batches],
         "rank": trainer.accelerator.process_index,
         "num_processes": trainer.accelerator.num_processes,
         "rows": [b["completion_ids"].shape[0] for b in recorder.batches],
@@ -88,11 +171,13 @@ def agree(output_dir: str) -> dict:
     }
 
 
-def main(output_dir: str, mode: str = "agree") -> None:
+def main(output_dir: str, modes: str = "agree", config: str = "{}") -> None:
     trl115_cpu_shim.install_if_needed()
     torch.set_num_threads(1)
-    report = {"agree": agree, "resume": resume}[mode](output_dir)
-    with open(os.path.join(output_dir, f"rank{report['rank']}.json"), "w") as handle:
+    runs = {"agree": agree, "lora": lora, "resume": resume}
+    report = {mode: runs[mode](os.path.join(output_dir, mode), **json.loads(config)) for mode in modes.split(",")}
+    rank = next(iter(report.values()))["rank"]
+    with open(os.path.join(output_dir, f"rank{rank}.json"), "w") as handle:
         json.dump(report, handle)
     if torch.distributed.is_initialized():
         torch.distributed.barrier()

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from test_dynamic_sampling import G
 
 from trl_dapo_ext.metric_names import N
 
@@ -21,41 +22,59 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def run_on_two_processes(tmp_path, mode: str) -> list[dict]:
-    """Run tests/distributed_dynamic_sampling.py in ``mode`` on 2 CPU processes; each rank's report."""
+def launch_two_processes(
+    tmp_path, modes: str, accelerate_config: str | None = None, config: dict | None = None
+) -> subprocess.CompletedProcess:
+    """Run tests/distributed_dynamic_sampling.py in ``modes`` on 2 CPU processes; the finished launcher.
+
+    Launched by ``torchrun`` (DDP on gloo), or by ``accelerate launch --config_file accelerate_config`` the way
+    users launch DeepSpeed (``--mixed_precision no``: the CPU computes in float32, like the DDP run it is compared to).
+    ``config``: keywords for every trainer's config.
+    """
     script = os.path.join(os.path.dirname(__file__), "distributed_dynamic_sampling.py")
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_addr",
-        "127.0.0.1",
-        "--master_port",
-        str(free_port()),
-        script,
-        str(tmp_path),
-        mode,
-    ]
+    if accelerate_config is None:
+        launcher = ["torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1"]
+        launcher += ["--master_port", str(free_port())]
+    else:
+        launcher = ["accelerate.commands.launch", "--config_file", accelerate_config, "--num_processes", "2"]
+        launcher += ["--mixed_precision", "no", "--main_process_ip", "127.0.0.1"]
+        launcher += ["--main_process_port", str(free_port())]
+    command = [sys.executable, "-m", *launcher, script, str(tmp_path), modes, json.dumps(config or {})]
     env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
         "PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), os.getcwd()])),
     }
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+
+
+def run_on_two_processes(tmp_path, modes: str, accelerate_config: str | None = None, config: dict | None = None):
+    """`launch_two_processes`, which must succeed; each rank's ``{mode: report}``."""
+    result = launch_two_processes(tmp_path, modes, accelerate_config, config)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     return [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
 
 
 def test_two_processes_agree(tmp_path):
-    reports = run_on_two_processes(tmp_path, "agree")
+    assert_ranks_agree([report["agree"] for report in run_on_two_processes(tmp_path, "agree")])
+
+
+def assert_ranks_agree(reports: list[dict]) -> None:
+    """Both ranks ran 3 steps of the same rounds on different prompts, kept whole informative groups, and share
+    the global counters, the token denominator and the trained parameters."""
     assert [r["num_processes"] for r in reports] == [2, 2]
+    assert [r["rank"] for r in reports] == [0, 1]
     assert [r["global_step"] for r in reports] == [3, 3]
+    # The same number of rounds (one reward call each), and in every round each rank generated for its own prompts.
+    assert len(reports[0]["round_prompts"]) == len(reports[1]["round_prompts"]) >= 3
+    for prompts_0, prompts_1 in zip(reports[0]["round_prompts"], reports[1]["round_prompts"], strict=True):
+        assert prompts_0 and prompts_1 and not set(prompts_0) & set(prompts_1)
     for report in reports:
         # per_device_train_batch_size * steps_per_generation rows on every rank, only informative prompts
         assert report["rows"] == [16, 16, 16]
         assert all(kinds == ["v"] for kinds in report["prompt_kinds"])
+        for prompts in report["prompts"]:  # whole groups: G rows of the same prompt
+            assert all(len(set(prompts[i : i + G])) == 1 for i in range(0, len(prompts), G))
     # Same global counters and the same global token denominator on both ranks ...
     # (only the gathered metrics: loss and step_time are each rank's own)
     shared = ("dynamic_sampling/", "reward", "rewards/", "completions/", "frac_reward_zero_std")
@@ -69,11 +88,18 @@ def test_two_processes_agree(tmp_path):
     assert reports[0]["num_items_in_batch"] == totals
     for log in reports[0]["logs"]:
         assert log[N.DYNAMIC_SAMPLING_RETAINED_GROUPS] == 8  # 4 groups per rank, 2 ranks
+    # The steps changed the parameters, identically on both ranks.
+    assert reports[0]["parameter_digest"] == reports[1]["parameter_digest"] != reports[0]["initial_digest"]
 
 
 def test_two_processes_resume_exactly(tmp_path):
     """Default planner, history skipping: each rank saves its own refill state beside its RNG state and resumes."""
-    reports = run_on_two_processes(tmp_path, "resume")
+    assert_exact_resume([report["resume"] for report in run_on_two_processes(tmp_path, "resume")])
+
+
+def assert_exact_resume(reports: list[dict]) -> None:
+    """Both ranks saved their refill state and resumed it: the same draws, counters and steering state as the run
+    that did not stop, and the same state on both ranks."""
     files = reports[0]["checkpoint_files"]
     assert {"rng_state_0.pth", "rng_state_1.pth", "dapo_refill_state_0.json", "dapo_refill_state_1.json"} <= set(files)
     for report in reports:

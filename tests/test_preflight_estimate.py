@@ -18,6 +18,8 @@ from trl_dapo_ext.preflight.memory import (
     kv_bytes_per_position,
     kv_cache_bytes,
     tokens_per_step,
+    zero_bytes_per_process,
+    zero_shards,
 )
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
@@ -59,6 +61,43 @@ def test_mixed_precision_adamw_is_16_bytes_per_parameter():
     assert with_ref.parts["reference model"] * GIB == pytest.approx(2 * shape.parameters())  # +2 bytes/parameter
     sharded = estimate(shape, Recipe(use_peft=False, num_processes=4, zero_stage=2))
     assert sharded.parts["optimizer and gradients"] == pytest.approx(result.parts["optimizer and gradients"] / 4)
+
+
+def test_zero_stages_divide_what_each_process_holds():
+    # The ZeRO paper's Figure 1 (Rajbhandari et al. 2020): 7.5B parameters, mixed-precision Adam (K = 12), 64 GPUs.
+    per_stage = [sum(zero_bytes_per_process(7.5e9, stage, 64).values()) / 1e9 for stage in range(4)]
+    assert per_stage == pytest.approx([120, 31.40625, 16.640625, 1.875])  # 16, 4 + 12/64, 2 + 14/64, 16/64 x 7.5
+    assert zero_shards(2, 3) == (1, 3, 3)
+    with pytest.raises(ValueError, match="ZeRO stage"):
+        zero_shards(4, 2)
+    # recipes/multi_gpu_zero2_vllm_server.yaml's model on 3 training processes (1,543,656,960 parameters):
+    shape = ModelShape.from_config(PUBLISHED["Qwen/Qwen2.5-1.5B-Instruct"])
+    params = shape.parameters()
+    zero2 = estimate(shape, Recipe(use_peft=False, num_processes=3, zero_stage=2))
+    assert zero2.parts["weights"] * GIB == 2 * params  # 2.88 GiB, replicated
+    assert zero2.parts["optimizer and gradients"] * GIB == pytest.approx(14 * params / 3)  # 6.71 GiB, not 20.13
+    zero3 = estimate(shape, Recipe(use_peft=False, num_processes=3, zero_stage=3))
+    assert zero3.parts["weights"] * GIB == pytest.approx(2 * params / 3)  # 0.96 GiB at rest ...
+    gathered = zero3.parts["ZeRO-3 gathered weights"] * GIB  # ... all of them while generating
+    assert gathered == pytest.approx(2 * params * 2 / 3)
+    unsharded = estimate(shape, Recipe(use_peft=False, num_processes=3, zero_stage=3, ds3_gather_for_generation=False))
+    assert "ZeRO-3 gathered weights" not in unsharded.parts
+    # LoRA: ZeRO-3 divides the frozen base weights too, and the adapter's 16 bytes/parameter like any trained ones.
+    lora0 = estimate(shape, Recipe(use_peft=True, num_processes=4, zero_stage=0))
+    lora3 = estimate(shape, Recipe(use_peft=True, num_processes=4, zero_stage=3))
+    assert lora3.parts["weights"] == pytest.approx(lora0.parts["weights"] / 4)
+    assert lora3.parts["LoRA and optimizer"] == pytest.approx(lora0.parts["LoRA and optimizer"] / 4)
+
+
+def test_cli_gives_the_memory_per_process_under_zero(capsys):
+    argv = ["--config", str(RECIPES / "multi_gpu_zero2_vllm_server.yaml"), "--num-processes", "3"]
+    assert estimate_cli.main([*argv, "--zero-stage", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "3 training processes, ZeRO-2" in out and "| optimizer and gradients | 6.71 |" in out  # docs/memory.md
+    assert "| weights | 2.88 |" in out and "| total (x1.15 fragmentation + 0.8 GiB CUDA context) | 17.97 |" in out
+    assert estimate_cli.main([*argv, "--zero-stage", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "| weights | 0.96 |" in out and "| ZeRO-3 gathered weights | 1.92 |" in out
 
 
 def test_tokens_per_step_and_shapes():

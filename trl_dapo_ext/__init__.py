@@ -27,6 +27,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "GRPOTrainer": (".trainer", "DAPOTrainer"),
     # The exceptions a user can catch.
     "DynamicSamplingExhausted": (".dynamic_sampling.rounds", "DynamicSamplingExhausted"),
+    "LaunchError": (".launch", "LaunchError"),
     "MissingColumnError": ("reward_funcs.inputs", "MissingColumnError"),
     "RewardFunctionError": (".trainer", "RewardFunctionError"),
     "TRLCompatibilityError": (".compat", "TRLCompatibilityError"),
@@ -40,6 +41,7 @@ __all__ = [
     "DynamicSamplingExhausted",
     "GRPOConfig",
     "GRPOTrainer",
+    "LaunchError",
     "MissingColumnError",
     "RewardFunctionError",
     "TRLCompatibilityError",
@@ -70,5 +72,6 @@ if TYPE_CHECKING:
     from .config import DAPOConfig as GRPOConfig
     from .dynamic_sampling.assembly import UnsupportedBatchKey
     from .dynamic_sampling.rounds import DynamicSamplingExhausted
+    from .launch import LaunchError
     from .trainer import DAPOTrainer, RewardFunctionError
     from .trainer import DAPOTrainer as GRPOTrainer

@@ -36,6 +36,7 @@ from .core.metrics import (
 from .core.overlong import OverlongPenalty, penalty_only_where_scored
 from .dynamic_sampling.assembly import LOSS_SCALE_KEY, _Round
 from .dynamic_sampling.rounds import DynamicSamplingMixin, _with_prompt_index
+from .launch import check_launch
 from .metric_names import N
 
 # DAPOTrainer.__init__ takes exactly these parameters (of the installed TRL release).
@@ -109,6 +110,7 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
         if config.dynamic_sampling and params.get("train_dataset") is not None:
             params["train_dataset"] = _with_prompt_index(params["train_dataset"])
         super().__init__(*bound.args[1:], **bound.kwargs)
+        check_launch(self.accelerator)  # before N lone processes (or DDP instead of DeepSpeed) start training
         compat.check_private_attributes(self)
         compat.check_log_buffers(self)
         args = self.args

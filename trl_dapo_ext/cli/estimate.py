@@ -4,7 +4,8 @@ Reads the model's shapes from its own config (``--model`` a local model folder o
 recipe's ``model_name_or_path``: a local folder, the Hugging Face cache, or the built-in shapes of the recipes'
 Qwen2.5 models) and the batch, LoRA, generation and dynamic-sampling settings from the recipe YAML. Prints each
 memory component (weights, LoRA and optimizer state, activations, KV cache), the trainer's total, and fits / tight /
-no for T4, L4, A100 40/80, H100 and H200. With ``--profile`` (the output folder of ``trl-dapo profile``) the
+no for T4, L4, A100 40/80, H100 and H200; ``--num-processes N --zero-stage S`` divides the training state per process
+as DeepSpeed ZeRO does. With ``--profile`` (the output folder of ``trl-dapo profile``) the
 tokens per step use the measured mean completion and prompt lengths and the measured retention.
 
     trl-dapo estimate --config recipes/gsm8k_lora_1gpu.yaml
@@ -196,6 +197,8 @@ def run(options) -> str:
         "| per training process | GiB |",
         "|---|---:|",
     ]
+    if recipe.num_processes > 1 or recipe.zero_stage:
+        lines.insert(2, f"{recipe.num_processes} training processes, ZeRO-{recipe.zero_stage} (docs/memory.md)")
     lines += [f"| {name} | {gib:.2f} |" for name, gib in result.parts.items()]
     lines += [f"| total (x1.15 fragmentation + 0.8 GiB CUDA context) | {result.trainer_gib:.2f} |", ""]
     lines += ["| GPU | verdict (GiB) |", "|---|---|"]

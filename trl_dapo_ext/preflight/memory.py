@@ -8,9 +8,13 @@ The formulas (bytes; GiB = 2**30 bytes), per training process:
 * weights: 2 bytes/parameter in bf16/fp16 (4 in fp32); 4-bit NF4 with double quantization ~0.52 bytes/parameter for
   the decoder's linear layers, embeddings (and an untied LM head) stay 16-bit.
 * full fine-tuning with mixed-precision AdamW: 16 bytes/parameter (bf16 weights and gradients, 2 + 2; an fp32
-  master copy, 4; two fp32 moments, 8), optimizer state and gradients divided over the processes by ZeRO;
+  master copy, 4; two fp32 moments, 8); DeepSpeed ZeRO on N processes divides, per process, the optimizer state
+  (the 12 bytes) from stage 1, the gradients from stage 2 and the weights from stage 3 by N
+  (:func:`zero_bytes_per_process`);
 * LoRA on the targeted linear layers: ``r x (in + out)`` parameters each, 16 bytes per parameter (fp32 weight,
-  gradient, two Adam moments);
+  gradient, two Adam moments), divided the same way; under ZeRO-3 the frozen base weights are divided by N too;
+* ZeRO-3 with ``ds3_gather_for_generation`` (TRL's default): TRL gathers the whole model on every process for each
+  generation call, so the other processes' ``(N - 1) / N`` of the weights are counted as well;
 * a reference model (``beta > 0`` without LoRA): 2 bytes/parameter;
 * activations for a micro-batch of ``b`` sequences of ``T`` tokens: with gradient checkpointing one bf16 hidden
   state per layer (``b T h 2 L``) plus one layer recomputed, ``b T (4h + 4I) x 2 x 2``; without it, roughly
@@ -219,6 +223,7 @@ class Recipe:
     dynamic_sampling_max_oversample: float = 4.0
     num_processes: int = 1
     zero_stage: int = 0
+    ds3_gather_for_generation: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -265,6 +270,47 @@ class Estimate:
     kv_per_position: float
     verdicts: dict[str, str]
     notes: list[str]
+
+
+def zero_shards(stage: int, processes: int) -> tuple[int, int, int]:
+    """Over how many processes DeepSpeed ZeRO ``stage`` divides (weights, gradients, optimizer state).
+
+    Stage 1 partitions the optimizer state, stage 2 the gradients too, stage 3 the parameters too (Rajbhandari et
+    al. 2020, *ZeRO: Memory Optimizations Toward Training Trillion Parameter Models*, Sec. 5); stage 0 is plain DDP.
+
+    >>> [zero_shards(stage, 8) for stage in range(4)]
+    [(1, 1, 1), (1, 1, 8), (1, 8, 8), (8, 8, 8)]
+    """
+    if stage not in (0, 1, 2, 3):
+        raise ValueError(f"the ZeRO stage must be 0, 1, 2 or 3, got {stage}")
+    if processes < 1:
+        raise ValueError(f"processes must be >= 1, got {processes}")
+    return (processes if stage >= 3 else 1, processes if stage >= 2 else 1, processes if stage >= 1 else 1)
+
+
+def zero_bytes_per_process(
+    parameters: float,
+    stage: int,
+    processes: int,
+    weight_bytes: float = 2,
+    gradient_bytes: float = 2,
+    optimizer_bytes: float = ADAMW_MIXED_BYTES - 4,
+) -> dict[str, float]:
+    """Bytes of trained ``parameters`` held by one process under ZeRO ``stage`` on ``processes`` processes:
+    ``weights / N3 + gradients / N2 + optimizer state / N1``, where N_k is ``processes`` from stage k on, else 1.
+
+    The defaults are mixed-precision AdamW (2 + 2 + 12 bytes/parameter). The ZeRO paper's worked example (its
+    Figure 1: 7.5B parameters, 64 processes), in GB of 10^9 bytes:
+
+    >>> [round(sum(zero_bytes_per_process(7.5e9, stage, 64).values()) / 1e9, 1) for stage in range(4)]
+    [120.0, 31.4, 16.6, 1.9]
+    """
+    weights, gradients, optimizer = zero_shards(stage, processes)
+    return {
+        "weights": parameters * weight_bytes / weights,
+        "gradients": parameters * gradient_bytes / gradients,
+        "optimizer": parameters * optimizer_bytes / optimizer,
+    }
 
 
 def tokens_per_step(completions: float, mean_completion_length: float) -> float:
@@ -323,28 +369,30 @@ def estimate(
 
 
 def _model_bytes(shape: ModelShape, recipe: Recipe) -> dict[str, float]:
-    """Weights, and what training them costs: the adapter with its optimizer (LoRA), or gradients and AdamW state
-    (full fine-tuning, sharded by ZeRO), plus a reference model for ``beta > 0``."""
+    """Weights, and what training them costs per process: the adapter with its optimizer (LoRA), or gradients and
+    AdamW state (full fine-tuning), divided by ZeRO (:func:`zero_bytes_per_process`), plus a reference model for
+    ``beta > 0``."""
     params = shape.parameters()
     embeddings = shape.embedding_parameters()
     if recipe.load_in_4bit:
         weights = (params - embeddings) * NF4_BYTES + embeddings * 2
     else:
         weights = params * recipe.dtype_bytes
-    parts: dict[str, float] = {"weights": weights}
-    shards = recipe.num_processes if recipe.zero_stage >= 2 else 1
+    weight_shards = zero_shards(recipe.zero_stage, recipe.num_processes)[0]
+    parts: dict[str, float] = {"weights": weights / weight_shards}  # ZeRO-3 partitions frozen weights as well
+    if weight_shards > 1 and recipe.ds3_gather_for_generation:
+        # TRL gathers the whole model on every process for each generation call (and each vLLM weight sync).
+        parts["ZeRO-3 gathered weights"] = weights - weights / weight_shards
     if recipe.use_peft:
-        parts["LoRA and optimizer"] = shape.lora_parameters(recipe.lora_r, recipe.lora_target_modules) * LORA_BYTES
+        adapter = shape.lora_parameters(recipe.lora_r, recipe.lora_target_modules)
+        lora = zero_bytes_per_process(adapter, recipe.zero_stage, recipe.num_processes, 4, 4, LORA_BYTES - 8)
+        parts["LoRA and optimizer"] = sum(lora.values())
         return parts
     if recipe.load_in_4bit:
         raise ValueError("a 4-bit model can only be trained with an adapter: set use_peft: true (QLoRA)")
     # Mixed-precision AdamW: 16 bytes/parameter in all; the 16-bit weights are counted above.
-    optimizer_shards = recipe.num_processes if recipe.zero_stage >= 1 else 1
-    gradients = params * 2 / shards
-    state = params * (ADAMW_MIXED_BYTES - 4) / optimizer_shards
-    parts["optimizer and gradients"] = gradients + state
-    if recipe.zero_stage >= 3:
-        parts["weights"] = weights / recipe.num_processes
+    trained = zero_bytes_per_process(params, recipe.zero_stage, recipe.num_processes)
+    parts["optimizer and gradients"] = trained["gradients"] + trained["optimizer"]
     if recipe.beta > 0:
         parts["reference model"] = params * 2
     return parts

@@ -17,6 +17,7 @@ from trl_dapo_ext.cli.errors import pop_debug, report_error
 from trl_dapo_ext.cli.interrupts import INTERRUPTED_DIR, RunInterrupted, report_interrupt, save_on_interrupt
 from trl_dapo_ext.config import DAPOConfig
 from trl_dapo_ext.cpu_threads import parse_threads, set_cpu_threads
+from trl_dapo_ext.launch import LaunchError
 
 from .arguments import TrainError, TrainScriptArguments, parse_args
 from .data import check_local_path, load_train_dataset
@@ -156,7 +157,7 @@ def main(argv: list[str] | None = None, prog: str = "trl-dapo train") -> int:
         return report_error(prog, error, debug)
     try:
         train(script_args, training_args, model_args)
-    except TrainError as error:
+    except (TrainError, LaunchError) as error:
         return report_error(prog, error, debug)
     except RewardFunctionError as error:
         return report_error(prog, error, debug, status=1)
