@@ -90,3 +90,25 @@ def test_resume_with_other_settings_says_which(tmp_path, capsys):
     assert demo_cli.main(["--output-dir", str(tmp_path), "--seed", "2", "--resume"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "seed 1 there, 2 now" in err
+
+
+@pytest.mark.trainer
+def test_ctrl_c_after_the_warm_start_prints_the_resume_line_and_resume_skips_it(tmp_path, monkeypatch, capsys):
+    argv = ["--quick", "--model-size", "tiny", "--sft-steps", "2", "--steps", "5", "--output-dir", str(tmp_path)]
+    with monkeypatch.context() as patch:
+
+        def pressed(*args, **kwargs):
+            raise KeyboardInterrupt  # Ctrl-C in the evaluation after the warm start: no stage is running
+
+        patch.setattr(demo_cli, "evaluate", pressed)
+        assert demo_cli.main(argv) == 130
+    err = capsys.readouterr().err
+    assert "no training stage was running" in err and "Traceback" not in err
+    assert f"resume with: trl-dapo demo {shlex.join(argv)} --resume" in err
+    assert (tmp_path / "sft" / "final" / "model.safetensors").is_file()
+
+    with monkeypatch.context() as patch:
+        patch.setattr(demo_cli, "warm_start", lambda *args, **kwargs: pytest.fail("the warm start ran again"))
+        assert demo_cli.main([*argv, "--resume"]) == 0
+    assert "warm start: 2 steps, finished before" in capsys.readouterr().out
+    assert json.loads((tmp_path / "demo_results.json").read_text())["sft_steps"] == 2
