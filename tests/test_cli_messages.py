@@ -194,7 +194,7 @@ def test_demo_first_ctrl_c_in_rl_saves_a_full_checkpoint(tmp_path, monkeypatch, 
 
 
 def test_demo_ctrl_c_between_stages_says_what_exists(tmp_path, monkeypatch, capsys):
-    def pressed(settings):
+    def pressed(settings, resume):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(demo_cli, "run_demo", pressed)
@@ -425,7 +425,7 @@ def test_demo_help_shows_defaults_and_what_quick_changes(capsys):
 
 
 def test_quick_demo_says_what_a_smoke_run_can_and_cannot_show(monkeypatch, capsys):
-    monkeypatch.setattr(demo_cli, "run_demo", lambda settings: {})
+    monkeypatch.setattr(demo_cli, "run_demo", lambda settings, resume: {})
     assert demo_cli.main(["--quick"]) == 0
     assert "smoke run" in capsys.readouterr().out
     assert demo_cli.main([]) == 0

@@ -126,7 +126,7 @@ def test_rl_schedule_decays_the_last_steps_and_the_quick_run_stays_constant():
 )
 def test_demo_threads_flag(argv, threads, monkeypatch):
     seen = []
-    monkeypatch.setattr(demo, "run_demo", seen.append)
+    monkeypatch.setattr(demo, "run_demo", lambda settings, resume: seen.append(settings))
     assert demo.main(argv) == 0
     assert seen[0].threads == threads
 

@@ -208,3 +208,13 @@ def test_cli_bad_input(tmp_path, capsys, argv, message):
     assert estimate_cli.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("trl-dapo estimate: error:") and message in err
+
+
+def test_recipe_model_folder_that_does_not_exist_says_which_command_makes_it(tmp_path, monkeypatch, capsys):
+    """recipes/tiny_cpu.yaml before `trl-dapo demo` wrote runs/demo/final: the message `trl-dapo train` gives."""
+    monkeypatch.chdir(tmp_path)  # no runs/demo/final here
+    assert estimate_cli.main(["--config", str(RECIPES / "tiny_cpu.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("trl-dapo estimate: error: model_name_or_path runs/demo/final does not exist")
+    assert "run trl-dapo demo --quick first" in err

@@ -29,7 +29,24 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from trl_dapo_ext.cli.interrupts import INTERRUPTED_DIR, RunInterrupted, report_interrupt, save_on_interrupt
+from trl_dapo_ext.cli.demo_progress import (
+    PROGRESS_FILE,
+    RL_COST_FILE,
+    WARM_START_DIR,
+    DemoProgress,
+    DemoResumeError,
+    read_progress,
+    record_interrupt,
+    start_progress,
+)
+from trl_dapo_ext.cli.errors import report_error
+from trl_dapo_ext.cli.interrupts import (
+    INTERRUPTED_DIR,
+    RunInterrupted,
+    report_interrupt,
+    resume_command,
+    save_on_interrupt,
+)
 from trl_dapo_ext.cpu_threads import openmp_settings, parse_threads, resolve_threads
 
 SIZES = {
@@ -158,6 +175,12 @@ def main(argv: list[str] | None = None, prog: str = "trl-dapo demo") -> int:
         action="store_true",
         help=f"a smoke run of a few minutes that checks the pipeline, not learning: {quick} (other flags still win)",
     )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the interrupted demo in --output-dir (give the flags it started with): finished stages are "
+        "skipped, the stage Ctrl-C stopped continues from its checkpoint; the results are the uninterrupted run's",
+    )
     options = parser.parse_args(argv)
     if options.teacher_noise is not None:
         try:
@@ -183,19 +206,32 @@ def main(argv: list[str] | None = None, prog: str = "trl-dapo demo") -> int:
     if options.learning_rate is not None:
         settings.learning_rate = options.learning_rate
     try:
-        run_demo(settings)
+        run_demo(settings, resume=options.resume)
+    except DemoResumeError as error:
+        return report_error(prog, error, debug=False)
     except (RunInterrupted, KeyboardInterrupt) as error:
-        # Between stages (data, evaluation) only what earlier stages wrote exists: say what that is.
-        saved = sorted(str(path.parent) for path in Path(settings.output_dir).glob("**/model.safetensors"))
-        return report_interrupt(
-            error,
-            prog,
-            nothing_saved="no training stage was running; "
-            + ("saved so far: " + ", ".join(saved) if saved else "nothing was saved yet"),
-        )
+        return _report_demo_interrupt(error, settings.output_dir, prog, argv)
     if options.quick:
         print(QUICK_NOTE)
     return 0
+
+
+def _report_demo_interrupt(error: BaseException, output_dir: str, prog: str, argv: list[str] | None) -> int:
+    """Say what was saved and, when anything can be reused, the command that resumes the demo; returns 130."""
+    resumable = isinstance(error, RunInterrupted) and error.resumable
+    # A second Ctrl-C's model-only save cannot be resumed: an earlier checkpoint of the stage, if any, still can.
+    progress = record_interrupt(output_dir, error.folder) if resumable else read_progress(output_dir)
+    # Between stages (data, evaluation) only what earlier stages wrote exists: say what that is.
+    saved = sorted(str(path.parent) for path in Path(output_dir).glob("**/model.safetensors"))
+    status = report_interrupt(
+        error,
+        prog,
+        nothing_saved="no training stage was running; "
+        + ("saved so far: " + ", ".join(saved) if saved else "nothing was saved yet"),
+    )
+    if progress is not None and progress.finished_anything():
+        print(f"resume with: {resume_command(prog, argv, '--resume')}", file=sys.stderr, flush=True)
+    return status
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -360,13 +396,14 @@ def common_args(output_dir: str, seed: int) -> dict:
     return cpu_args(output_dir, seed=seed, data_seed=seed, logging_steps=5, save_only_model=True)
 
 
-def warm_start(model, tokenizer, train_rows, settings: DemoSettings) -> int:
+def warm_start(model, tokenizer, train_rows, settings: DemoSettings, resume_from: str | None = None) -> int:
     """Supervised warm start until greedy accuracy on warm-start problems reaches the target; returns its steps.
 
     A fixed step count gave warm starts from 26% to 61% greedy across seeds and CPUs (float kernels differ, and this
     stage is where accuracy climbs fastest), and RL from the weak ones gained little. Stopping at a target accuracy
     (checked every ``sft_check_every`` steps on warm-start problems, never on the held-out split) hands RL the same
-    starting point everywhere. ``warm_start_target=None`` runs exactly ``sft_steps`` steps.
+    starting point everywhere. ``warm_start_target=None`` runs exactly ``sft_steps`` steps. ``resume_from``: a full
+    checkpoint of this stage to continue from.
     """
     from datasets import Dataset
     from transformers import TrainerCallback
@@ -400,7 +437,7 @@ def warm_start(model, tokenizer, train_rows, settings: DemoSettings) -> int:
         model=model, args=args, train_dataset=dataset, processing_class=tokenizer, callbacks=[StopAtTarget()]
     )
     with save_on_interrupt(trainer, os.path.join(args.output_dir, INTERRUPTED_DIR)):
-        trainer.train()
+        trainer.train(resume_from_checkpoint=resume_from)
     return trainer.state.global_step
 
 
@@ -457,24 +494,62 @@ def rl_trainer(
     return trainer, counted
 
 
-def reinforce(model, tokenizer, train_rows, settings: DemoSettings, dapo: bool, verifier, name: str):
-    """The demo's RL stage, with `DAPO_FEATURES` or plain GRPO settings; returns the trainer and what it cost."""
+def reinforce(
+    model,
+    tokenizer,
+    train_rows,
+    settings: DemoSettings,
+    dapo: bool,
+    verifier,
+    name: str,
+    resume_from: str | None = None,
+):
+    """The demo's RL stage, with `DAPO_FEATURES` or plain GRPO settings; returns the trainer and what it cost.
+
+    ``resume_from``: a full checkpoint of this stage; the cost then includes what the interrupted run spent.
+    """
     args = rl_config(settings, name, DAPO_FEATURES if dapo else {})
     trainer, counted = rl_trainer(model, tokenizer, train_rows, args, verifier)
+    spent = json.loads((Path(resume_from) / RL_COST_FILE).read_text()) if resume_from else {}
     started = time.perf_counter()
-    with save_on_interrupt(trainer, os.path.join(args.output_dir, INTERRUPTED_DIR)):
-        trainer.train()
-    rl_seconds = time.perf_counter() - started
+    try:
+        with save_on_interrupt(trainer, os.path.join(args.output_dir, INTERRUPTED_DIR)):
+            trainer.train(resume_from_checkpoint=resume_from)
+    except RunInterrupted as error:
+        if error.resumable:  # the checkpoint keeps the cost so far, for the resumed run to add to
+            so_far = dict(
+                rl_seconds=spent.get("rl_seconds", 0.0) + time.perf_counter() - started,
+                generated=spent.get("generated", 0) + counted.completions,
+            )
+            (Path(error.folder) / RL_COST_FILE).write_text(json.dumps(so_far))
+        raise
+    rl_seconds = spent.get("rl_seconds", 0.0) + time.perf_counter() - started
     trainer.save_state()
     logs = [h for h in trainer.state.log_history if "loss" in h]
-    zero_std = [h["frac_reward_zero_std"] for h in logs if h.get("frac_reward_zero_std") is not None]
-    attempted_zero = [h["groups/frac_mixed"] for h in logs if h.get("groups/frac_mixed") is not None]
     return trainer, dict(
         rl_seconds=rl_seconds,
-        generated=counted.completions,
-        frac_zero_variance_attempted=1 - sum(attempted_zero) / max(len(attempted_zero), 1),
-        frac_zero_std_trained=sum(zero_std) / max(len(zero_std), 1),
+        generated=spent.get("generated", 0) + counted.completions,
+        frac_zero_variance_attempted=1 - logged_mean(logs, "groups/frac_mixed"),
+        frac_zero_std_trained=logged_mean(logs, "frac_reward_zero_std"),
     )
+
+
+def logged_mean(logs: list[dict], key: str) -> float:
+    """The per-step mean of ``key`` over training logs that each average the steps since the previous log.
+
+    Weighted by those steps: a Ctrl-C logs the steps before it (a shorter window), and the resumed run's mean must be
+    the uninterrupted run's. 0 when nothing logged ``key``.
+
+    >>> logged_mean([{"step": 3, "x": 1.0}, {"step": 5, "x": 0.0}, {"step": 10, "x": None}], "x")
+    0.6
+    """
+    total = steps = previous = 0
+    for log in logs:
+        if log.get(key) is not None:
+            total += log[key] * (log["step"] - previous)
+            steps += log["step"] - previous
+        previous = log["step"]
+    return total / steps if steps else 0.0
 
 
 def _schedule(settings: DemoSettings) -> dict:
@@ -498,7 +573,8 @@ class CountingReward:
         return self.reward_func(completions, **kwargs)
 
 
-def run_demo(settings: DemoSettings) -> dict:
+def run_demo(settings: DemoSettings, resume: bool = False) -> dict:
+    """The demo in ``settings.output_dir``; with ``resume``, continued from what an interrupted run there saved."""
     # Measured before torch is imported and the run starts, while this process sleeps: only other processes count.
     threads = resolve_threads(settings.threads, at_most=AUTO_THREADS_AT_MOST)
     settings = replace(settings, threads=threads.threads)  # the results record the count that ran
@@ -522,27 +598,24 @@ def run_demo(settings: DemoSettings) -> dict:
         f"{len(rl_rows)} RL prompts (two-digit addition)"
     )
 
+    progress = start_progress(output, asdict(settings), resume)
+
     tokenizer, model = build_tokenizer_and_model(settings.model_size, settings.seed)
     print(f"model: {sum(p.numel() for p in model.parameters()):,} parameters, vocabulary of {len(tokenizer)}")
-    sft_steps = warm_start(model, tokenizer, sft_rows, settings)
-    print(f"warm start: {sft_steps} steps")
+    sft_steps = warm_start_stage(model, tokenizer, sft_rows, settings, progress)
     before = evaluate(model, tokenizer, held_out, settings.eval_samples, settings.seed, math_reward)
     warm_state = {k: v.clone() for k, v in model.state_dict().items()}
 
     results = {}
     variants = [("dapo", True)] + ([("grpo", False)] if settings.compare else [])
     for name, dapo in variants:
+        if name in progress.results:  # finished before an interruption: its model, report and results are saved
+            results[name] = progress.results[name]
+            print(f"RL ({name}): finished before, results from {output / PROGRESS_FILE}")
+            continue
         model.load_state_dict(warm_state)
         torch.manual_seed(settings.seed)
-        trainer, cost = reinforce(model, tokenizer, rl_rows, settings, dapo, math_reward, f"rl-{name}")
-        after = evaluate(model, tokenizer, held_out, settings.eval_samples, settings.seed, math_reward)
-        results[name] = dict(after=asdict(after), **cost)
-        if dapo:
-            trainer.save_model(str(output / "final"))
-            from trl_dapo_ext.cli.report import build_report
-
-            report = build_report(trainer.args.output_dir, out=output / "report.png")
-            results[name]["report"] = str(report.image)
+        results[name] = rl_stage(model, tokenizer, rl_rows, held_out, settings, dapo, name, progress)
 
     print_table(before, results, settings)
     summary = dict(
@@ -561,6 +634,45 @@ def run_demo(settings: DemoSettings) -> dict:
         f"wall time: {summary['wall_seconds']:.0f} s"
     )
     return summary
+
+
+def warm_start_stage(model, tokenizer, sft_rows, settings: DemoSettings, progress: DemoProgress) -> int:
+    """The warm start, saved in ``output_dir/sft/final`` and recorded; on resume its model loaded instead when done."""
+    from safetensors.torch import load_model
+
+    folder = Path(settings.output_dir) / WARM_START_DIR
+    if progress.sft_steps is not None:
+        load_model(model, str(folder / "model.safetensors"))
+        print(f"warm start: {progress.sft_steps} steps, finished before: loaded {folder}")
+        return progress.sft_steps
+    sft_steps = warm_start(model, tokenizer, sft_rows, settings, resume_from=progress.checkpoint_of("sft"))
+    model.save_pretrained(folder)
+    progress.sft_steps, progress.checkpoint = sft_steps, None
+    progress.save(settings.output_dir)
+    print(f"warm start: {sft_steps} steps")
+    return sft_steps
+
+
+def rl_stage(model, tokenizer, rl_rows, held_out, settings: DemoSettings, dapo: bool, name: str, progress) -> dict:
+    """One RL stage from the warm start (or from its checkpoint), evaluated; DAPO's also saves the model and report."""
+    from reward_funcs import math_reward
+
+    output = Path(settings.output_dir)
+    stage = f"rl-{name}"
+    trainer, cost = reinforce(
+        model, tokenizer, rl_rows, settings, dapo, math_reward, stage, resume_from=progress.checkpoint_of(stage)
+    )
+    after = evaluate(model, tokenizer, held_out, settings.eval_samples, settings.seed, math_reward)
+    result = dict(after=asdict(after), **cost)
+    if dapo:
+        trainer.save_model(str(output / "final"))
+        from trl_dapo_ext.cli.report import build_report
+
+        report = build_report(trainer.args.output_dir, out=output / "report.png")
+        result["report"] = str(report.image)
+    progress.results[name], progress.checkpoint = result, None
+    progress.save(output)
+    return result
 
 
 def print_table(before: Evaluation, results: dict, settings: DemoSettings) -> None:

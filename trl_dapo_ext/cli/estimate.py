@@ -98,9 +98,8 @@ def load_shape(model: str | None, recipe: dict[str, Any]) -> ModelShape:
         if not (path / "config.json").is_file():
             raise EstimateError(f"{path} has no config.json")
         config = _read_json(path / "config.json")
-    elif model is not None and str(name).startswith((".", "/", "~")):
-        raise EstimateError(f"--model {name} does not exist")
     else:
+        _check_local(str(name), "--model" if model is not None else "model_name_or_path")
         try:
             from transformers import AutoConfig
 
@@ -116,6 +115,18 @@ def load_shape(model: str | None, recipe: dict[str, Any]) -> ModelShape:
         return ModelShape.from_config(config, name=str(name))
     except (ValueError, TypeError) as error:
         raise EstimateError(f"{name}: {error}") from None
+
+
+def _check_local(name: str, what: str) -> None:
+    """A path that looks local and does not exist, said as `trl-dapo train` says it (with the command that makes the
+    demo's model), before the Hugging Face cache is tried."""
+    from trl_dapo_ext.cli.train.arguments import TrainError
+    from trl_dapo_ext.cli.train.data import check_local_path
+
+    try:
+        check_local_path(name, what)
+    except TrainError as error:
+        raise EstimateError(str(error)) from None
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -55,6 +56,9 @@ def stop_at_step_end(trainer: Any) -> Any:
                 self.requested = True
                 args.save_only_model = False  # the optimizer, scheduler and RNG state too (the demo saves models only)
                 control.should_save = True
+                # Log the steps since the last log: the metrics of a run are kept in memory until logged, and the
+                # resumed run would not have them.
+                control.should_log = True
             return control
 
         def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
@@ -167,3 +171,23 @@ def report_interrupt(error: BaseException, prog: str, nothing_saved: str = "noth
     message = str(error) if isinstance(error, RunInterrupted) else f"interrupted: {nothing_saved}"
     print(f"\n{prog}: {message}", file=sys.stderr, flush=True)
     return INTERRUPTED
+
+
+def resume_command(prog: str, argv: list[str] | None, flag: str, value: str | None = None) -> str:
+    """The command line that resumes this run: the same arguments, ``flag`` (with ``value``, if given) replaced.
+
+    >>> resume_command("trl-dapo train", ["--config", "r.yaml", "--resume_from_checkpoint", "old"],
+    ...                "--resume_from_checkpoint", "runs/x/checkpoint-4")
+    'trl-dapo train --config r.yaml --resume_from_checkpoint runs/x/checkpoint-4'
+    >>> resume_command("trl-dapo demo", ["--quick", "--resume"], "--resume")
+    'trl-dapo demo --quick --resume'
+    """
+    kept, skip = [], False
+    for item in sys.argv[1:] if argv is None else argv:
+        if skip:
+            skip = False
+        elif item == flag:
+            skip = value is not None  # the flag's old value follows it
+        elif not item.startswith(f"{flag}="):
+            kept.append(item)
+    return shlex.join([*prog.split(), *kept, flag, *([] if value is None else [value])])

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -14,7 +13,13 @@ from typing import Any
 from trl import ModelConfig
 
 from trl_dapo_ext.cli.errors import pop_debug, report_error
-from trl_dapo_ext.cli.interrupts import INTERRUPTED_DIR, RunInterrupted, report_interrupt, save_on_interrupt
+from trl_dapo_ext.cli.interrupts import (
+    INTERRUPTED_DIR,
+    RunInterrupted,
+    report_interrupt,
+    resume_command,
+    save_on_interrupt,
+)
 from trl_dapo_ext.config import DAPOConfig
 from trl_dapo_ext.cpu_threads import parse_threads, set_cpu_threads
 from trl_dapo_ext.launch import LaunchError
@@ -165,24 +170,7 @@ def main(argv: list[str] | None = None, prog: str = "trl-dapo train") -> int:
         # A bare KeyboardInterrupt comes from before training: loading the model, the tokenizer or the data.
         status = report_interrupt(error, prog, nothing_saved="training had not started, nothing was saved")
         if isinstance(error, RunInterrupted) and error.resumable:
-            print(f"resume with: {resume_command(prog, argv, error.folder)}", file=sys.stderr, flush=True)
+            command = resume_command(prog, argv, "--resume_from_checkpoint", error.folder)
+            print(f"resume with: {command}", file=sys.stderr, flush=True)
         return status
     return 0
-
-
-def resume_command(prog: str, argv: list[str] | None, checkpoint: str) -> str:
-    """The command line that resumes this run from ``checkpoint``: the same arguments, ``--resume_from_checkpoint``
-    replaced.
-
-    >>> resume_command("trl-dapo train", ["--config", "r.yaml", "--resume_from_checkpoint", "old"], "runs/x/checkpoint-4")
-    'trl-dapo train --config r.yaml --resume_from_checkpoint runs/x/checkpoint-4'
-    """
-    kept, skip = [], False
-    for item in sys.argv[1:] if argv is None else argv:
-        if skip:
-            skip = False
-        elif item == "--resume_from_checkpoint":
-            skip = True
-        elif not item.startswith("--resume_from_checkpoint="):
-            kept.append(item)
-    return shlex.join([*prog.split(), *kept, "--resume_from_checkpoint", checkpoint])
