@@ -17,6 +17,8 @@ Seconds depend on the machine: quote ratios from one run on an otherwise quiet m
     PYTHONPATH=. python benchmarks/cpu_contention.py --repeats 3     # 150 RL steps (the quick demo's), 8 cells
     PYTHONPATH=. python benchmarks/cpu_contention.py --steps 40      # shorter: 40 RL steps
     PYTHONPATH=. python benchmarks/cpu_contention.py --smoke         # a tiny model, 2 steps: checks the script
+    PYTHONPATH=. python benchmarks/cpu_contention.py --steps 40 --policies default passive spin=10000
+                                                                      # also a bounded spin: GOMP_SPINCOUNT=10000
 """
 
 from __future__ import annotations
