@@ -13,6 +13,7 @@ from test_code_rewards_sandbox import (  # noqa: F401  (host_unharmed: autouse f
     CHEATS,
     FIND_SECRET,
     LIMITS,
+    SEARCH_TIMEOUT_S,
     SECRET,
     fenced,
     host_unharmed,
@@ -228,7 +229,7 @@ def test_harmless_tricks_with_a_right_solution_still_pass():
 
 def test_expected_value_cannot_be_found_from_the_solution(isolation):
     code = program("call", "_find()", FIND_SECRET)
-    assert score(code, SECRET_LOOP, isolation=isolation, timeout_s=4) == 0.0
+    assert score(code, SECRET_LOOP, isolation=isolation, timeout_s=SEARCH_TIMEOUT_S) == 0.0
     assert score(program("call", repr(SECRET)), SECRET_LOOP) == 1.0  # the problem is scorable at all
 
 

@@ -257,6 +257,11 @@ def test_cheats_are_not_trivially_zero():
 
 # -- leaking the expected output: the `secret` problem cannot be solved honestly ---------------------------
 
+# The search below reads every object, file and process memory it can reach, once per call of the solution: seconds
+# of work that grow with the machine's load and its other processes. Its limit leaves room for the search to finish,
+# so that "found nothing" is what a test sees, not a timeout (which would score 0 without having searched).
+SEARCH_TIMEOUT_S = 60
+
 FIND_SECRET = r'''
 import gc, os, re, sys
 def _find():
@@ -362,7 +367,7 @@ def _find():
 @pytest.mark.parametrize("fmt", HOSTILE_FORMATS)
 def test_expected_output_cannot_be_read_from_stack_heap_files_or_proc(fmt, isolation):
     iso, _ = isolation
-    assert score(program(fmt, "_find()", FIND_SECRET), fmt, "secret", isolation=iso, timeout_s=4) == 0.0
+    assert score(program(fmt, "_find()", FIND_SECRET), fmt, "secret", isolation=iso, timeout_s=SEARCH_TIMEOUT_S) == 0.0
 
 
 def test_test_program_is_not_in_the_solutions_process(isolation):
@@ -370,7 +375,9 @@ def test_test_program_is_not_in_the_solutions_process(isolation):
     solution returned). The candidate used to be a fork of the supervisor, whose frames held the test program."""
     iso, _ = isolation
     code = program("program", "_find()", FIND_SECRET)
-    report = run_code_tests(code, TESTS["secret"]["program"], isolation=iso, **{**LIMITS, "timeout_s": 4})
+    report = run_code_tests(
+        code, TESTS["secret"]["program"], isolation=iso, **{**LIMITS, "timeout_s": SEARCH_TIMEOUT_S}
+    )
     assert [o.outcome for o in report.outcomes] == ["failed"]
     assert "the solution returned 'not found'" in report.outcomes[0].detail
 
