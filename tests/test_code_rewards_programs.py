@@ -15,6 +15,7 @@ from test_code_rewards_sandbox import (  # noqa: F401  (host_unharmed: autouse f
     LIMITS,
     SEARCH_TIMEOUT_S,
     SECRET,
+    TIMEOUT_TO_HIT,
     fenced,
     host_unharmed,
     program,
@@ -177,9 +178,8 @@ def test_program_that_never_calls_the_solution_fails():
 
 def test_slow_and_hungry_solutions_get_their_outcome():
     slow = "def double(x):\n    while True:\n        pass\n"
-    assert [o.outcome for o in run_code_tests(slow, DOUBLE_LOOP, entry_point="double", **LIMITS).outcomes] == [
-        "timeout"
-    ]
+    report = run_code_tests(slow, DOUBLE_LOOP, entry_point="double", **{**LIMITS, "timeout_s": TIMEOUT_TO_HIT})
+    assert [o.outcome for o in report.outcomes] == ["timeout"]
     hungry = "def double(x):\n    return bytearray(1 << 34)\n"
     out = run_code_tests(hungry, DOUBLE_LOOP, entry_point="double", **LIMITS).outcomes
     assert [o.outcome for o in out] == ["memory"]
