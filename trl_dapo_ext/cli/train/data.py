@@ -70,12 +70,14 @@ def load_train_dataset(script_args: TrainScriptArguments):
         kind = DATA_FILE_TYPES.get(path.suffix.lower())
         if kind is None:
             raise TrainError(f"{path}: unsupported file type; use one of {', '.join(DATA_FILE_TYPES)}")
-        check_data_file(path)
         try:
             dataset = load_dataset(kind, data_files=str(path), split="train")
         except Exception as error:  # noqa: BLE001 - the datasets library's errors say little; name the file
+            check_data_file(path)  # an empty file or the first bad line, read only once the loader has failed
             cause = error.__cause__ or error
             raise TrainError(f"cannot read {path}: {type(cause).__name__}: {cause}") from error
+        if len(dataset) == 0:
+            check_data_file(path)
     elif path.is_dir() and ((path / "dataset_info.json").is_file() or (path / "dataset_dict.json").is_file()):
         dataset = load_from_disk(str(path))
         if isinstance(dataset, DatasetDict):
