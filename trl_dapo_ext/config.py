@@ -20,72 +20,63 @@ from .core.advantages import ESTIMATORS, STD_KINDS
 
 @dataclass
 class DAPOConfig(GRPOConfig):
-    r"""
-    Configuration class for [`DAPOTrainer`]: every [`trl.GRPOConfig`] parameter, plus the fields below. With the new
-    fields at their defaults, training is identical to `trl.GRPOTrainer`.
+    r"""Configuration class for `DAPOTrainer`: every `trl.GRPOConfig` parameter, plus the fields below.
 
-    > Advantage estimation
+    With the new fields at their defaults, training is identical to `trl.GRPOTrainer`. Groups: advantage estimation
+    (`advantage_estimator`, `reward_std`), overlong reward shaping (DAPO, Yu et al. 2025, Eq. 13: `overlong_*`),
+    dynamic sampling (DAPO Sec. 3.2, Eq. 11: `dynamic_sampling*`) and diagnostics (`diagnostics*`).
 
-    advantage_estimator (`str`, defaults to `"grpo"`):
-        `"grpo"`: reward minus the group mean. `"loo"`: reward minus the mean of the other scorable siblings
-        (REINFORCE leave-one-out, an unbiased baseline). TRL's `scale_rewards` still decides the division.
-    reward_std (`str`, defaults to `"sample"`):
-        Standard deviation used by `scale_rewards`: `"sample"` (divisor G-1, TRL's choice) or `"population"`
-        (divisor G, as in the DeepSeekMath formula).
-
-    > Overlong reward shaping (DAPO Eq. 13)
-
-    overlong_buffer_length (`int` or `None`, defaults to `None`):
-        Width `L_cache` (tokens) of the soft-penalty zone before `max_completion_length`. `None` disables shaping.
-        A completion that no task reward scored (all returned None) gets no penalty: it stays unscorable, left out
-        of the advantages as TRL leaves it without shaping.
-    overlong_penalty_factor (`float`, defaults to `1.0`):
-        Penalty at the length limit; it falls linearly from 0 to `-overlong_penalty_factor` across the buffer.
-
-    > Dynamic sampling (DAPO Sec. 3.2)
-
-    dynamic_sampling (`bool`, defaults to `False`):
-        Drop prompt groups whose task reward does not vary and generate more until the update batch holds the
-        configured number of informative groups.
-    dynamic_sampling_reward_funcs (`list[str]` or `None`, defaults to `None`):
-        Reward functions (names or indices) that decide whether a group is informative; default: every task reward
-        function (never the overlong penalty).
-    dynamic_sampling_std_tolerance (`float`, defaults to `0.0`):
-        A group is informative when the population std of its filter reward exceeds this.
-    dynamic_sampling_max_rounds (`int`, defaults to `10`):
-        Generation rounds allowed per optimizer batch, the first included (veRL's `max_num_gen_batches`).
-    dynamic_sampling_oversample (`float` or `None`, defaults to `None`):
-        `None`: the adaptive planner sizes each round to minimise the expected cost of finishing the step (a round
-        costs a fixed latency plus its completions). A number: fixed first-round size as a multiple of the batch's
-        groups (DAPO used 3x).
-    dynamic_sampling_round_latency (`float`, defaults to `16.0`), dynamic_sampling_measure_latency (`bool`,
-    defaults to `False`):
-        The fixed cost of one generation round in completion-equivalents, set, or measured in the run.
-    dynamic_sampling_max_oversample, dynamic_sampling_confidence, dynamic_sampling_retention_decay:
-        Adaptive planner settings (largest round, the older fill-chance rule instead of the cost, forgetting).
-    dynamic_sampling_max_groups_per_step (`int` or `None`, defaults to `None`):
-        Generation budget per process per step, in prompt groups (the batch's own included), with either round
-        sizing: the planner plans within it, and a fixed first round (`dynamic_sampling_oversample`) is cut to it.
-    dynamic_sampling_skip_window (`int`, defaults to `0`), dynamic_sampling_skip_floor (`float`, defaults to `0.1`):
-        Prompt-history skipping of refill prompts that were zero-variance in their last k groups, with an
-        exploration floor.
-    dynamic_sampling_history_from (`str` or `None`, defaults to `None`):
-        A `trl-dapo profile` table (`prompts.jsonl`) of this training dataset: seeds the prompt history (and so the
-        planner's strata and skipping) with each prompt's measured outcome before the first step.
-    dynamic_sampling_on_exhausted (`str`, defaults to `"error"`):
-        When the budget runs out: `"error"` raises with the counts; `"fill"` completes the batch with the closest
-        uninformative groups, masked out of the loss, and warns once. The masked rows leave the denominator of every
-        `loss_type`: the update is TRL's for the batch without them (with `bnpo`, a micro-batch of only masked rows
-        still counts in TRL's average over micro-batches; see docs/dynamic-sampling.md).
-
-    > Diagnostics
-
-    diagnostics (`bool`, defaults to `False`):
-        Log the `groups/`, `length/`, `cost/` and `time/` metrics every step; training itself is unchanged.
-    diagnostics_success_threshold (`float`, defaults to `1.0`):
-        A completion counts as correct when its task reward is at least this (pass@k, all-correct/all-wrong split).
-    diagnostics_pass_k (`int` or `None`, defaults to `None`):
-        The k of `groups/pass@k`; `None` means `num_generations`.
+    Parameters:
+        advantage_estimator (str): `"grpo"`: reward minus the group mean. `"loo"`: reward minus the mean of the other
+            scorable siblings (REINFORCE leave-one-out, an unbiased baseline). TRL's `scale_rewards` still decides
+            the division.
+        reward_std (str): Standard deviation used by `scale_rewards`: `"sample"` (divisor G-1, TRL's choice) or
+            `"population"` (divisor G).
+        overlong_buffer_length (int | None): Width `L_cache` (tokens) of the soft-penalty zone before
+            `max_completion_length`. `None` disables shaping. A completion that no task reward scored (all returned
+            None) gets no penalty: it stays unscorable, left out of the advantages as TRL leaves it without shaping.
+        overlong_penalty_factor (float): Penalty at the length limit; it falls linearly from 0 to
+            `-overlong_penalty_factor` across the buffer.
+        dynamic_sampling (bool): Drop prompt groups whose task reward does not vary and generate more until the
+            update batch holds the configured number of informative groups.
+        dynamic_sampling_reward_funcs (list[str] | None): Reward functions (names or indices) that decide whether a
+            group is informative; default: every task reward function (never the overlong penalty).
+        dynamic_sampling_std_tolerance (float): A group is informative when the population std of its filter reward
+            exceeds this.
+        dynamic_sampling_max_rounds (int): Generation rounds allowed per optimizer batch, the first included (veRL's
+            `max_num_gen_batches`).
+        dynamic_sampling_oversample (float | None): `None`: the adaptive planner sizes each round to minimise the
+            expected cost of finishing the step (a round costs a fixed latency plus its completions). A number: fixed
+            first-round size as a multiple of the batch's groups (DAPO used 3x).
+        dynamic_sampling_max_oversample (float): Adaptive planner: largest round as a multiple of the batch's groups.
+        dynamic_sampling_round_latency (float): Adaptive planner: the fixed cost of one generation round in
+            completion-equivalents (a round of n completions costs this + n).
+        dynamic_sampling_measure_latency (bool): Adaptive planner: fit that latency from the run's own round times
+            instead.
+        dynamic_sampling_confidence (float | None): Adaptive planner: `None` sizes rounds by their expected cost; a
+            number in (0, 1) uses the older fill-chance rule instead.
+        dynamic_sampling_retention_decay (float): Adaptive planner: weight each earlier step keeps in the retention
+            estimate (forgetting).
+        dynamic_sampling_max_groups_per_step (int | None): Generation budget per process per step, in prompt groups
+            (the batch's own included), with either round sizing: the planner plans within it, and a fixed first
+            round (`dynamic_sampling_oversample`) is cut to it.
+        dynamic_sampling_skip_window (int): Skip refill prompts that were zero-variance in their last k groups;
+            0 = off.
+        dynamic_sampling_skip_floor (float): Exploration floor of that skipping: the chance that a skippable prompt
+            is generated anyway.
+        dynamic_sampling_history_from (str | None): A `trl-dapo profile` table (`prompts.jsonl`) of this training
+            dataset: seeds the prompt history (and so the planner's strata and skipping) with each prompt's measured
+            outcome before the first step.
+        dynamic_sampling_on_exhausted (str): When the budget runs out: `"error"` raises with the counts; `"fill"`
+            completes the batch with the closest uninformative groups, masked out of the loss, and warns once. The
+            masked rows leave the denominator of every `loss_type`: the update is TRL's for the batch without them
+            (with `bnpo`, a micro-batch of only masked rows still counts in TRL's average over micro-batches; see
+            docs/dynamic-sampling.md).
+        diagnostics (bool): Log the `groups/`, `length/`, `cost/` and `time/` metrics every step; training itself is
+            unchanged.
+        diagnostics_success_threshold (float): A completion counts as correct when its task reward is at least this
+            (pass@k, all-correct/all-wrong split).
+        diagnostics_pass_k (int | None): The k of `groups/pass@k`; `None` means `num_generations`.
     """
 
     advantage_estimator: str = field(
