@@ -1,15 +1,19 @@
-"""Fidelity to the seed texts: every worked number and identity, checked through the code a user runs.
+"""Fidelity to the papers and to docs/estimators.md: every worked number and identity, checked through the code a
+user runs.
 
 Two kinds of check:
 
 * the trainer's loss on a crafted batch. A `rollout_func` (TRL's public generation hook) returns completions of
-  exactly the seed's lengths; inside the real training step, the micro-batch TRL hands to ``compute_loss`` is fed
-  back with crafted advantages and log-probabilities, so TRL's own loss code computes the seed's numbers;
+  exactly the worked example's lengths; inside the real training step, the micro-batch TRL hands to
+  ``compute_loss`` is fed back with crafted advantages and log-probabilities, so TRL's own loss code computes the
+  page's numbers;
 * the estimators in expectation, by exact enumeration of every group a small softmax policy can sample (no sampling
   noise), with ``docs/scripts/estimators.py``, which also writes the table and plot of ``docs/estimators.md``.
 
-Seeds: GRPO/DAPO chapter (``000_*``: Eqs. 4.1-4.5 and the worked examples of Sec. 4.4) and the GRPO note (``004_*``:
-baseline proposition, leave-one-out, the normalisation counterexample, mixed-group probability, accepted law).
+Sources: DAPO (Yu et al. 2025, arXiv 2503.14476: clip-higher Sec. 3.1, dynamic sampling Eq. 11, token-level loss
+Eq. 12), DeepSeekMath (Shao et al. 2024, Sec. 4.1: the GRPO advantage; Eq. 4: the k3 KL estimator) and the
+derivations of ``docs/estimators.md`` (the (G-1)/G factor, leave-one-out, the standardisation counterexample, the
+mixed-group probability, the accepted law).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from trl_dapo_ext.metric_names import N
 
 ROOT = Path(__file__).resolve().parents[1]
 G = 4
-SEED_LENGTHS = (8, 32, 40, 20)  # the seed's retained group: 8 + 32 + 40 + 20 = 100 tokens
+SEED_LENGTHS = (8, 32, 40, 20)  # the worked example's retained group: 8 + 32 + 40 + 20 = 100 tokens
 FILLER_LENGTH = 30  # completions of the zero-variance prompt, which dynamic sampling must leave out of the count
 
 
@@ -49,7 +53,7 @@ estimators = _load_estimators_script()
 
 
 def scripted_rollout(prompts, trainer):
-    """TRL ``rollout_func``: prompts starting with 'v' get the seed's lengths, others FILLER_LENGTH (EOS included)."""
+    """TRL ``rollout_func``: prompts starting with 'v' get the worked example's lengths, others FILLER_LENGTH (EOS included)."""
     tokenizer = trainer.processing_class
     letter, eos = tokenizer.convert_tokens_to_ids("a"), tokenizer.eos_token_id
     prompt_ids = [tokenizer(prompt)["input_ids"] for prompt in prompts]
@@ -59,7 +63,7 @@ def scripted_rollout(prompts, trainer):
 
 
 def seed_binary_reward(completion_ids, prompts, **kwargs):
-    """The seed's binary group (1, 0, 1, 1) for the 'v' prompt (the 32-token answer fails); 'c' prompts always 1."""
+    """The worked example's binary group (1, 0, 1, 1) for the 'v' prompt (the 32-token answer fails); 'c' prompts always 1."""
     return [0.0 if p.startswith("v") and len(ids) == 32 else 1.0 for p, ids in zip(prompts, completion_ids)]
 
 
@@ -117,7 +121,7 @@ def with_fields(inputs, **fields):
 
 @pytest.mark.trainer
 def test_dapo_loss_weighs_every_token_one_hundredth(make_model, tokenizer, tmp_path, monkeypatch):
-    # Seed 000, Sec. 4.4.1: lengths 8, 32, 40, 20 -> denominator 100, weight 1/100 per token, whatever the answer's
+    # DAPO Eq. 12 (docs/estimators.md#where-the-loss-weights-tokens): lengths 8, 32, 40, 20 -> denominator 100, weight 1/100 per token, whatever the answer's
     # length and whichever micro-batch it lands in. Dynamic sampling drops the zero-variance 'c' groups generated in
     # the same rounds, so num_items_in_batch must be recounted on the retained rows (ours), not the round's (TRL's).
     def token_weights(real, model, inputs):
@@ -152,14 +156,14 @@ def test_dapo_loss_weighs_every_token_one_hundredth(make_model, tokenizer, tmp_p
     for inputs, (weights, loss) in zip(probe.inputs, probe.results):
         assert inputs["num_items_in_batch"].item() == 100
         assert weights == pytest.approx([1 / 100] * 2, rel=1e-6)
-        # And the loss itself is the token-level mean of Eq. 4.5 over the whole batch: -sum_i A_i L_i / 100.
+        # And the loss itself is the token-level mean (DAPO Eq. 12) over the whole batch: -sum_i A_i L_i / 100.
         expected = -(inputs["advantages"] * inputs["completion_mask"].sum(dim=1)).sum().item() / 100
         assert loss == pytest.approx(expected, rel=1e-5, abs=1e-7)
 
 
 @pytest.mark.trainer
 def test_clip_higher_bounds_are_1_28_and_0_90(make_model, tokenizer, tmp_path, monkeypatch):
-    # Seed 000, Sec. 4.4.2: eps_low = 0.10, eps_high = 0.28 (TRL: epsilon / epsilon_high). Ratio 1.35 with A = +1
+    # DAPO Sec. 3.1 (clip-higher), docs/estimators.md#where-the-loss-weights-tokens: eps_low = 0.10, eps_high = 0.28 (TRL: epsilon / epsilon_high). Ratio 1.35 with A = +1
     # gives min(1.35, 1.28) = 1.28; ratio 0.75 with A = -1 gives min(-0.75, -0.90) = -0.90. Ratios inside the bounds
     # (1.20 > 1 + eps_low, so a symmetric 0.10 would have clipped it; 0.95) pass unchanged.
     cases = [(1.35, +1.0), (0.75, -1.0), (1.20, +1.0), (0.95, -1.0)]  # (ratio, advantage) of completion i
@@ -174,7 +178,7 @@ def test_clip_higher_bounds_are_1_28_and_0_90(make_model, tokenizer, tmp_path, m
             advantages = torch.zeros(G)
             advantages[i] = advantage
             loss = real(model, with_fields(inputs, advantages=advantages, old_per_token_logps=old))
-            # loss = -(1/N) * L_i * C_i with N = 100 loss tokens: recover the per-token surrogate C_i of Eq. 4.2.
+            # loss = -(1/N) * L_i * C_i with N = 100 loss tokens: recover the per-token clipped surrogate C_i.
             terms.append(-loss.item() * 100 / lengths[i].item())
         high_clipped = trainer._metrics["train"]["clip_ratio/high_mean"][-4:]
         low_clipped = trainer._metrics["train"]["clip_ratio/low_mean"][-4:]
@@ -203,7 +207,7 @@ def test_clip_higher_bounds_are_1_28_and_0_90(make_model, tokenizer, tmp_path, m
 
 @pytest.mark.trainer
 def test_k3_kl_is_0_193_where_the_forward_kl_is_0_693(make_model, tokenizer, tmp_path, monkeypatch):
-    # Seed 000, Eq. 4.4: pi = (1, 0), pi_ref = (0.5, 0.5). The only action pi samples has log pi_ref - log pi = log 0.5,
+    # k3 estimator (DeepSeekMath Eq. 4; Schulman 2020, "Approximating KL divergence"): pi = (1, 0), pi_ref = (0.5, 0.5). The only action pi samples has log pi_ref - log pi = log 0.5,
     # so the estimator gives 0.5 - log 0.5 - 1 = 0.193, while KL(pi || pi_ref) = log 2 = 0.693. The difference, 0.5,
     # is the reference mass on the action pi never samples (the equal-support condition fails).
     beta = 0.04
@@ -235,13 +239,13 @@ def test_k3_kl_is_0_193_where_the_forward_kl_is_0_693(make_model, tokenizer, tmp
 F64 = torch.float64
 # A non-uniform softmax policy over three responses with unequal rewards: no symmetry can hide a wrong factor.
 SKEWED = (torch.tensor([0.5, 0.3, 0.2], dtype=F64).log(), torch.tensor([0.0, 1.0, 10.0], dtype=F64))
-# The GRPO note's counterexample (seed 004, Sec. 3): uniform policy, rewards (0, 1, 10), G = 2.
+# The standardisation counterexample (docs/estimators.md#three-identities): uniform policy, rewards (0, 1, 10), G = 2.
 UNIFORM = (torch.zeros(3, dtype=F64), torch.tensor([0.0, 1.0, 10.0], dtype=F64))
 
 
 @pytest.mark.parametrize("num_generations", [2, 3, 4, 5])
 def test_group_mean_baseline_scales_the_reward_gradient_by_g_minus_one_over_g(num_generations):
-    # Seed 004, Sec. 2, proposition: E[(1/G) sum_i (R_i - mean R) S_i] = (G - 1) / G * grad V.
+    # docs/estimators.md#three-identities, derived there: E[(1/G) sum_i (R_i - mean R) S_i] = (G - 1) / G * grad V.
     logits, rewards = SKEWED
     estimate = estimators.expected_gradient(logits, rewards, num_generations, "grpo", "none")
     truth = estimators.true_gradient(logits, rewards)
@@ -250,7 +254,7 @@ def test_group_mean_baseline_scales_the_reward_gradient_by_g_minus_one_over_g(nu
 
 @pytest.mark.parametrize("num_generations", [2, 3, 4, 5])
 def test_leave_one_out_baseline_is_unbiased(num_generations):
-    # Seed 004, Sec. 2: the leave-one-out baseline is independent of Y_i, so E[(1/G) sum_i (R_i - b_-i) S_i] = grad V.
+    # Leave-one-out (Kool et al. 2019; Ahmadian et al. 2024): b_-i is independent of Y_i, so E[g] = grad V exactly.
     logits, rewards = SKEWED
     estimate = estimators.expected_gradient(logits, rewards, num_generations, "loo", "none")
     torch.testing.assert_close(estimate, estimators.true_gradient(logits, rewards), rtol=1e-12, atol=1e-12)
@@ -264,7 +268,7 @@ def test_true_gradient_of_the_counterexample():
 
 @pytest.mark.parametrize("std,scale", [("population", 1.0), ("sample", math.sqrt(1 / 2))])
 def test_group_standardisation_turns_the_gradient_by_24_79_degrees(std, scale):
-    # Seed 004, Sec. 3: with G = 2 every distinct pair gets advantages (-1, +1) (population std), each unordered pair
+    # docs/estimators.md#three-identities: with G = 2 every distinct pair gets advantages (-1, +1) (population std), each unordered pair
     # has probability 2/9 and contributes (e_higher - e_lower) / 2, so E[g] = (-2/9, 0, 2/9): not a multiple of
     # grad V = (-11/9, -8/9, 19/9). Divisor G - 1 (TRL's, reward_std="sample") multiplies the advantages by
     # sqrt((G-1)/G) = 1/sqrt(2): a different scale, the same direction. The angle: acos(60 / sqrt(8 * 546)).
@@ -296,7 +300,7 @@ def test_binary_rewards_keep_one_prompts_gradient_direction_under_standardisatio
 
 @pytest.mark.parametrize("num_generations", [2, 4, 8, 16])
 def test_mixed_group_probability_is_one_minus_p_to_the_g_minus_q_to_the_g(num_generations):
-    # Seed 004, Sec. 3: P(0 < C < G) = 1 - p^G - (1 - p)^G, here from all 2^G outcomes through the trainer's filter.
+    # docs/estimators.md#the-mixed-group-probability: P(0 < C < G) = 1 - p^G - (1 - p)^G, from all 2^G outcomes.
     p = torch.linspace(0, 1, 41, dtype=F64)
     enumerated = estimators.mixed_group_probability(p, num_generations)
     torch.testing.assert_close(enumerated, 1 - p**num_generations - (1 - p) ** num_generations, rtol=0, atol=1e-12)
@@ -314,7 +318,7 @@ def test_filter_keeps_exactly_the_groups_with_nonzero_advantages(num_generations
 
 
 def test_dynamic_sampling_accepted_law_is_not_the_prompt_distribution():
-    # Seed 004, Sec. 8: accepted law rho(x) a(x) / sum rho a with a(x) = 1 - p^G - (1-p)^G; prompts with a = 0 never
+    # docs/estimators.md#what-filtering-does-to-the-sampling-law: accepted law rho(x) a(x) / sum rho a with a(x) = 1 - p^G - (1-p)^G; prompts with a = 0 never
     # enter, and inside a retained group the members are neither distributed as p nor independent.
     success, G = (0.0, 0.02, 0.1, 0.5, 0.9, 1.0), 8
     rho = (0.3, 0.2, 0.2, 0.1, 0.1, 0.1)
