@@ -53,7 +53,8 @@ estimators = _load_estimators_script()
 
 
 def scripted_rollout(prompts, trainer):
-    """TRL ``rollout_func``: prompts starting with 'v' get the worked example's lengths, others FILLER_LENGTH (EOS included)."""
+    """TRL ``rollout_func``: prompts starting with 'v' get the worked example's lengths, others FILLER_LENGTH (EOS
+    included)."""
     tokenizer = trainer.processing_class
     letter, eos = tokenizer.convert_tokens_to_ids("a"), tokenizer.eos_token_id
     prompt_ids = [tokenizer(prompt)["input_ids"] for prompt in prompts]
@@ -63,7 +64,8 @@ def scripted_rollout(prompts, trainer):
 
 
 def seed_binary_reward(completion_ids, prompts, **kwargs):
-    """The worked example's binary group (1, 0, 1, 1) for the 'v' prompt (the 32-token answer fails); 'c' prompts always 1."""
+    """The worked example's binary group (1, 0, 1, 1) for the 'v' prompt (the 32-token answer fails); 'c' prompts
+    always 1."""
     return [0.0 if p.startswith("v") and len(ids) == 32 else 1.0 for p, ids in zip(prompts, completion_ids)]
 
 
@@ -121,9 +123,10 @@ def with_fields(inputs, **fields):
 
 @pytest.mark.trainer
 def test_dapo_loss_weighs_every_token_one_hundredth(make_model, tokenizer, tmp_path, monkeypatch):
-    # DAPO Eq. 12 (docs/estimators.md#where-the-loss-weights-tokens): lengths 8, 32, 40, 20 -> denominator 100, weight 1/100 per token, whatever the answer's
-    # length and whichever micro-batch it lands in. Dynamic sampling drops the zero-variance 'c' groups generated in
-    # the same rounds, so num_items_in_batch must be recounted on the retained rows (ours), not the round's (TRL's).
+    # DAPO Eq. 12 (docs/estimators.md#where-the-loss-weights-tokens): lengths 8, 32, 40, 20 -> denominator 100, weight
+    # 1/100 per token, whatever the answer's length and whichever micro-batch it lands in. Dynamic sampling drops the
+    # zero-variance 'c' groups generated in the same rounds, so num_items_in_batch must be recounted on the retained
+    # rows (ours), not the round's (TRL's).
     def token_weights(real, model, inputs):
         # With one update per rollout the ratio is exactly 1, so the loss is -sum_i A_i * L_i * w and
         # d loss / d A_i = -L_i * w: the per-token weight w of each completion, read through TRL's own loss.
@@ -163,9 +166,10 @@ def test_dapo_loss_weighs_every_token_one_hundredth(make_model, tokenizer, tmp_p
 
 @pytest.mark.trainer
 def test_clip_higher_bounds_are_1_28_and_0_90(make_model, tokenizer, tmp_path, monkeypatch):
-    # DAPO Sec. 3.1 (clip-higher), docs/estimators.md#where-the-loss-weights-tokens: eps_low = 0.10, eps_high = 0.28 (TRL: epsilon / epsilon_high). Ratio 1.35 with A = +1
-    # gives min(1.35, 1.28) = 1.28; ratio 0.75 with A = -1 gives min(-0.75, -0.90) = -0.90. Ratios inside the bounds
-    # (1.20 > 1 + eps_low, so a symmetric 0.10 would have clipped it; 0.95) pass unchanged.
+    # DAPO Sec. 3.1 (clip-higher), docs/estimators.md#where-the-loss-weights-tokens: eps_low = 0.10, eps_high = 0.28
+    # (TRL: epsilon / epsilon_high). Ratio 1.35 with A = +1 gives min(1.35, 1.28) = 1.28; ratio 0.75 with A = -1 gives
+    # min(-0.75, -0.90) = -0.90. Ratios inside the bounds (1.20 > 1 + eps_low, so a symmetric 0.10 would have clipped
+    # it; 0.95) pass unchanged.
     cases = [(1.35, +1.0), (0.75, -1.0), (1.20, +1.0), (0.95, -1.0)]  # (ratio, advantage) of completion i
 
     def clipped_terms(real, model, inputs):
@@ -207,7 +211,8 @@ def test_clip_higher_bounds_are_1_28_and_0_90(make_model, tokenizer, tmp_path, m
 
 @pytest.mark.trainer
 def test_k3_kl_is_0_193_where_the_forward_kl_is_0_693(make_model, tokenizer, tmp_path, monkeypatch):
-    # k3 estimator (DeepSeekMath Eq. 4; Schulman 2020, "Approximating KL divergence"): pi = (1, 0), pi_ref = (0.5, 0.5). The only action pi samples has log pi_ref - log pi = log 0.5,
+    # k3 estimator (DeepSeekMath Eq. 4; Schulman 2020, "Approximating KL divergence").
+    # pi = (1, 0), pi_ref = (0.5, 0.5). The only action pi samples has log pi_ref - log pi = log 0.5,
     # so the estimator gives 0.5 - log 0.5 - 1 = 0.193, while KL(pi || pi_ref) = log 2 = 0.693. The difference, 0.5,
     # is the reference mass on the action pi never samples (the equal-support condition fails).
     beta = 0.04
@@ -268,9 +273,9 @@ def test_true_gradient_of_the_counterexample():
 
 @pytest.mark.parametrize("std,scale", [("population", 1.0), ("sample", math.sqrt(1 / 2))])
 def test_group_standardisation_turns_the_gradient_by_24_79_degrees(std, scale):
-    # docs/estimators.md#three-identities: with G = 2 every distinct pair gets advantages (-1, +1) (population std), each unordered pair
-    # has probability 2/9 and contributes (e_higher - e_lower) / 2, so E[g] = (-2/9, 0, 2/9): not a multiple of
-    # grad V = (-11/9, -8/9, 19/9). Divisor G - 1 (TRL's, reward_std="sample") multiplies the advantages by
+    # docs/estimators.md#three-identities: with G = 2 every distinct pair gets advantages (-1, +1) (population std),
+    # each unordered pair has probability 2/9 and contributes (e_higher - e_lower) / 2, so E[g] = (-2/9, 0, 2/9): not a
+    # multiple of grad V = (-11/9, -8/9, 19/9). Divisor G - 1 (TRL's, reward_std="sample") multiplies the advantages by
     # sqrt((G-1)/G) = 1/sqrt(2): a different scale, the same direction. The angle: acos(60 / sqrt(8 * 546)).
     logits, rewards = UNIFORM
     truth = estimators.true_gradient(logits, rewards)
@@ -318,8 +323,9 @@ def test_filter_keeps_exactly_the_groups_with_nonzero_advantages(num_generations
 
 
 def test_dynamic_sampling_accepted_law_is_not_the_prompt_distribution():
-    # docs/estimators.md#what-filtering-does-to-the-sampling-law: accepted law rho(x) a(x) / sum rho a with a(x) = 1 - p^G - (1-p)^G; prompts with a = 0 never
-    # enter, and inside a retained group the members are neither distributed as p nor independent.
+    # docs/estimators.md#what-filtering-does-to-the-sampling-law: accepted law rho(x) a(x) / sum rho a with a(x) = 1 -
+    # p^G - (1-p)^G; prompts with a = 0 never enter, and inside a retained group the members are neither distributed as
+    # p nor independent.
     success, G = (0.0, 0.02, 0.1, 0.5, 0.9, 1.0), 8
     rho = (0.3, 0.2, 0.2, 0.1, 0.1, 0.1)
     law = estimators.accepted_law(success, rho, G)
