@@ -1,4 +1,4 @@
-"""Advantage estimators: the seed texts' worked numbers, a brute-force reference, TRL parity and properties."""
+"""Advantage estimators: worked numbers (docs/estimators.md), a brute-force reference, TRL parity and properties."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from trl_dapo_ext.core.advantages import combine_rewards, group_advantages, nan_
 NAN = float("nan")
 
 
-# --- Worked examples from ../shared/seeds ---------------------------------------------------------------------------
+# --- Worked examples: GRPO's advantage (DeepSeekMath Sec. 4.1.2), leave-one-out (Kool et al. 2019) ------------------
 
 
 def test_seed_four_sample_group_population_std():
@@ -50,7 +50,7 @@ def test_seed_binary_group_has_unit_second_moment():
 
 
 def test_default_eps_is_a_stabiliser_not_a_floor():
-    # TRL's convention: (r - mean) / (std + 1e-4), so the seed's +-1 become +-0.25 / 0.2501.
+    # TRL's convention: (r - mean) / (std + 1e-4), so the +-1 of the first example become +-0.25 / 0.2501.
     rewards = torch.tensor([0.25, 0.75, 0.75, 0.25])
     magnitude = 0.25 / 0.2501
     expected = [-magnitude, magnitude, magnitude, -magnitude]
