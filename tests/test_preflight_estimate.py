@@ -1,4 +1,4 @@
-"""`trl-dapo estimate`: the seeds' worked numbers, the formulas on the recipes, and bad input in one line."""
+"""`trl-dapo estimate`: the worked numbers of docs/preflight.md, the formulas on the recipes, bad input in one line."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from trl_dapo_ext.preflight.memory import (
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 KIB = 2**10
 
-# The seeds' model: 32 layers, 8 KV heads of dimension 128, bf16 (a Llama-3-8B-like shape).
+# docs/preflight.md's worked example: 32 layers, 8 KV heads of dimension 128, bf16 (a Llama-3-8B-like shape).
 SEED_CONFIG = dict(
     num_hidden_layers=32,
     hidden_size=4096,
@@ -56,7 +56,7 @@ def test_mixed_precision_adamw_is_16_bytes_per_parameter():
     result = estimate(shape, Recipe(use_peft=False, beta=0.0))
     state = (result.parts["weights"] + result.parts["optimizer and gradients"]) * GIB
     assert state / shape.parameters() == pytest.approx(16.0)
-    assert state / 1e9 == pytest.approx(16 * 7.6155, rel=1e-3)  # the seeds' "roughly 112 GB at 7B" (7.6B here)
+    assert state / 1e9 == pytest.approx(16 * 7.6155, rel=1e-3)  # docs/preflight.md's "~112 GB at 7B" (7.6B here)
     with_ref = estimate(shape, Recipe(use_peft=False, beta=0.04))
     assert with_ref.parts["reference model"] * GIB == pytest.approx(2 * shape.parameters())  # +2 bytes/parameter
     sharded = estimate(shape, Recipe(use_peft=False, num_processes=4, zero_stage=2))
@@ -101,7 +101,7 @@ def test_cli_gives_the_memory_per_process_under_zero(capsys):
 
 
 def test_tokens_per_step_and_shapes():
-    assert tokens_per_step(64 * 8, 1000) == 512_000  # the seeds' example
+    assert tokens_per_step(64 * 8, 1000) == 512_000  # docs/preflight.md's example
     assert round(ModelShape.from_config(PUBLISHED["Qwen/Qwen2.5-0.5B"]).parameters() / 1e6) == 494
     assert round(ModelShape.from_config(PUBLISHED["Qwen/Qwen2.5-1.5B"]).parameters() / 1e6) == 1544
     shape = ModelShape.from_config({"text_config": SEED_CONFIG})  # a multimodal config's text part

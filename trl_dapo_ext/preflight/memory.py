@@ -24,7 +24,7 @@ The formulas (bytes; GiB = 2**30 bytes), per training process:
   round cap); vLLM colocate instead reserves ``vllm_gpu_memory_utilization`` of the GPU for its weights and cache;
 * x1.15 allocator fragmentation, +0.8 GiB CUDA context.
 
-Example (the seeds' worked numbers: 32 layers, 8 KV heads of 128, bf16):
+Example (a Llama-3-8B-like shape: 32 layers, 8 KV heads of 128, bf16; docs/preflight.md works it through):
     >>> kv_bytes_per_position(32, 8, 128, 2) / 2**10  # KiB
     128.0
     >>> kv_cache_bytes(kv_bytes_per_position(32, 8, 128, 2), sequences=8, prompt=1024, completion=7168) / GIB
@@ -316,7 +316,7 @@ def zero_bytes_per_process(
 def tokens_per_step(completions: float, mean_completion_length: float) -> float:
     """Generated tokens per step: completions (prompts x G) times the mean completion length.
 
-    >>> tokens_per_step(64 * 8, 1000)  # the seeds' example: 64 prompts, G = 8, 1,000 tokens each
+    >>> tokens_per_step(64 * 8, 1000)  # 64 prompts, G = 8, 1,000 tokens each
     512000
     """
     return completions * mean_completion_length
