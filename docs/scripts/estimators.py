@@ -5,7 +5,7 @@ advantages computed by the package's own `trl_dapo_ext.core.advantages.group_adv
 filter `trl_dapo_ext.core.groups.informative_groups`, the functions the trainer calls.
 
 * ``expected_gradient``: ``E[(1/G) sum_i A_i grad log pi(Y_i)]`` for a softmax policy over a few responses, the
-  unclipped full-sequence score estimator of the GRPO note (seed ``004``, Secs. 2-3), against ``true_gradient``, the
+  unclipped full-sequence score estimator that ``docs/estimators.md`` studies, against ``true_gradient``, the
   gradient of the expected reward ``V = sum_j pi_j r_j``.
 * ``mixed_group_probability``: the chance that a binary-reward group passes the filter, from all ``2**G`` outcomes.
 * ``accepted_law``: the prompt distribution dynamic sampling actually trains on.
@@ -53,7 +53,7 @@ SETTINGS: tuple[tuple[str, str, str], ...] = (
     ("grpo", "batch", "sample"),
     ("loo", "batch", "sample"),
 )
-# Two small cases: the GRPO note's counterexample, and a binary verifier reward on a non-uniform policy.
+# Two small cases: the page's standardisation counterexample, and a binary verifier reward on a non-uniform policy.
 CASES: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
     "counterexample: pi = (1/3, 1/3, 1/3), rewards (0, 1, 10)": ((1 / 3, 1 / 3, 1 / 3), (0.0, 1.0, 10.0)),
     "binary: pi = (0.5, 0.3, 0.2), rewards (1, 0, 0)": ((0.5, 0.3, 0.2), (1.0, 0.0, 0.0)),
@@ -89,7 +89,7 @@ def expected_gradient(
 
     ``A_i`` comes from `group_advantages` with the given estimator and scaling, the rewards and sampling
     probabilities are held fixed (as in the trainer, where they are computed without gradients), and only
-    ``log pi`` is differentiated: the score-function estimator of the seeds, at the rollout policy.
+    ``log pi`` is differentiated: the score-function (REINFORCE) estimator, at the rollout policy.
     ``informative_only=True`` (one group) conditions on the group passing dynamic sampling's filter.
     """
     theta = logits.detach().double().clone().requires_grad_(True)
@@ -128,7 +128,7 @@ def binary_outcomes(num_generations: int) -> torch.Tensor:
 def mixed_group_probability(success: torch.Tensor | float, num_generations: int) -> torch.Tensor:
     """P(a group of ``G`` iid binary rewards with success rate ``p`` passes dynamic sampling's filter).
 
-    Summed over all ``2**G`` outcomes with the trainer's filter; the GRPO note's closed form is
+    Summed over all ``2**G`` outcomes with the trainer's filter; the closed form (derived in ``docs/estimators.md``) is
     ``1 - p**G - (1 - p)**G``.
     """
     success = torch.as_tensor(success, dtype=torch.float64).reshape(-1, 1)

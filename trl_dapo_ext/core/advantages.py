@@ -12,8 +12,8 @@ For completion ``i`` of a group with rewards ``r_1..r_G`` (scorable members only
 
 ``s`` is the group's standard deviation (``scale="group"``), the whole batch's (``scale="batch"``), or no division at
 all (``scale="none"``). ``std="sample"`` uses Bessel's divisor ``G - 1`` as TRL does; ``std="population"`` uses ``G``
-as the seed texts do. A group whose scorable rewards are all equal gets advantage 0 (the seeds' explicit zero-variance
-branch): there is no within-group contrast to learn from.
+as the derivations in docs/estimators.md do. A group whose scorable rewards are all equal gets advantage 0 (an
+explicit zero-variance branch, where DeepSeekMath's formula is 0/0): there is no within-group contrast to learn from.
 
 With the defaults (``grpo``, ``group``, ``sample``, ``eps=1e-4``) the result is bit-identical to the advantages TRL's
 ``GRPOTrainer`` computes for ``multi_objective_aggregation="sum_then_normalize"``, except on groups whose rewards are
@@ -81,13 +81,13 @@ def group_advantages(
         estimator: ``"grpo"`` (subtract the group mean) or ``"loo"`` (subtract the mean of the *other* scorable
             siblings; a group with a single scorable member gets 0).
         scale: ``"group"``, ``"batch"`` or ``"none"``: which standard deviation divides the centred reward.
-        std: ``"sample"`` (divisor n-1, TRL's choice) or ``"population"`` (divisor n, the seed texts' choice).
+        std: ``"sample"`` (divisor n-1, TRL's choice) or ``"population"`` (divisor n).
         eps: added to the standard deviation before dividing (TRL uses 1e-4).
 
     Returns:
         A tensor shaped like ``rewards``; 0 for unscorable rows and for groups without contrast.
 
-    Example (the seed's four-sample group, population std, no stabiliser):
+    Example (a four-sample group, population std, no stabiliser):
         >>> group_advantages(torch.tensor([0.25, 0.75, 0.75, 0.25]), 4, std="population", eps=0.0)
         tensor([-1.,  1.,  1., -1.])
         >>> group_advantages(torch.tensor([0.25, 0.75, 0.75, 0.25]), 4, estimator="loo", scale="none")
@@ -96,8 +96,9 @@ def group_advantages(
     _check_arguments(rewards, num_generations, estimator, scale, std, eps)
     grouped = rewards.view(-1, num_generations)
 
-    # Baseline: the group mean (GRPO, seed 000 Eq. 4.1: mean(r_{1:G})) or the mean of the other scorable siblings
-    # (leave-one-out, seed 000 Sec. 4.2: b_{-i} = 1/(G-1) sum_{j != i} r_j, so A_i^LOO = r_i - b_{-i}).
+    # Baseline: the group mean (GRPO, DeepSeekMath Sec. 4.1.2: mean(r)) or the mean of the other scorable siblings
+    # (leave-one-out, Kool et al. 2019; Ahmadian et al. 2024, Sec. 3: b_{-i} = 1/(G-1) sum_{j != i} r_j, so
+    # A_i^LOO = r_i - b_{-i}).
     if estimator == "grpo":
         baseline = torch.nanmean(grouped, dim=1, keepdim=True)
     else:
@@ -107,8 +108,8 @@ def group_advantages(
         baseline = (total - grouped) / (scorable - 1)
     centred = grouped - baseline
 
-    # Scale: divide by the group's or the batch's spread, or not at all (seed 000 Eq. 4.1's std(r_{1:G}) with
-    # eps added as TRL does; seed 001's grpo_advantages: scale="group" | "batch").
+    # Scale: divide by the group's or the batch's spread, or not at all (DeepSeekMath Sec. 4.1.2's std(r), with
+    # eps added as TRL does; "group" | "batch" | "none" are TRL's scale_rewards values).
     if scale == "none":
         advantages = centred
     else:

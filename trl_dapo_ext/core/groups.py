@@ -55,7 +55,7 @@ def informative_groups(rewards: torch.Tensor, num_generations: int, tolerance: f
             f"rewards must be a flat tensor of whole groups of {num_generations}, got {tuple(rewards.shape)}"
         )
     spread, scorable = group_reward_spread(rewards, num_generations)
-    # Seed 004, "Dynamic sampling": keep groups with 0 < C < G (DAPO Eq. 11), i.e. with nonzero reward contrast.
+    # DAPO (Yu et al. 2025) Sec. 3.2, Eq. 11: keep groups with 0 < C < G, i.e. with nonzero reward contrast.
     return (scorable >= 2) & (spread > tolerance)
 
 

@@ -64,7 +64,7 @@ def pass_at_k(num_samples: torch.Tensor, num_correct: torch.Tensor, k: int) -> t
     c = torch.as_tensor(num_correct, dtype=torch.float64)
     if torch.any(c > n) or torch.any(c < 0):
         raise ValueError("num_correct must lie in [0, num_samples]")
-    # pass@k = 1 - C(n-c, k) / C(n, k) (Chen et al. 2021; the single- vs k-attempt success of seed 000 Sec. 4.3).
+    # pass@k = 1 - C(n-c, k) / C(n, k): the unbiased estimator of Chen et al. 2021 (Codex paper, Sec. 2.1).
     # Factor i runs over n-c+1 .. n; one row per group, padded with factor 1 beyond each group's c terms.
     width = int(c.max().item()) if c.numel() else 0
     offsets = torch.arange(width, dtype=torch.float64)
