@@ -114,8 +114,8 @@ def main(argv: list[str] | None = None) -> None:
             f"{name:<28} {generated / retained / 8:>20.2f}x {rounds:>12.2f} {surplus:>13.2f} "
             f"{seconds / retained:>11.4f} {latency_text}"
         )
-        if trainer.refill_planner is not None:
-            for completions, round_seconds in trainer.refill_planner.cost_model.rounds:
+        if trainer.dynamic_sampling.planner is not None:
+            for completions, round_seconds in trainer.dynamic_sampling.planner.cost_model.rounds:
                 every_round.observe(completions, round_seconds)
     print(
         f"round cost measured over {len(every_round.rounds)} planner rounds: {every_round.latency():.1f} "

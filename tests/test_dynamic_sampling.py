@@ -215,13 +215,13 @@ def test_resume_continues_the_refill_stream(make_model, tokenizer, tmp_path):
 def record_takes(trainer) -> list[tuple[int, int, list[int]]]:
     """(step, position before the take, indices) of every draw from the refill stream."""
     takes = []
-    sampler = trainer.refill_sampler
+    sampler = trainer.dynamic_sampling.stream
     cls = type(sampler)
 
     def take(self, count):
         position = self.taken
         indices = cls.take(self, count)
-        if self is trainer.refill_sampler:  # not the copies a round's preview draws from
+        if self is trainer.dynamic_sampling.stream:  # not the copies a round's preview draws from
             takes.append((trainer.state.global_step, position, list(indices)))
         return indices
 
@@ -410,10 +410,10 @@ def test_adaptive_planner_and_prompt_history(make_model, tokenizer, tmp_path):
     assert state["planner"] is not None and state["history"] is not None
 
     resumed, _, _ = build(make_model, tokenizer, tmp_path, dataset, **skipping)
-    resumed.load_dynamic_sampling_state(state)
-    assert resumed.refill_planner.state_dict() == trainer.refill_planner.state_dict()
-    assert resumed.prompt_history.state_dict() == trainer.prompt_history.state_dict()
-    assert resumed.refill_sampler.state_dict() == trainer.refill_sampler.state_dict()
+    resumed.dynamic_sampling.load_state_dict(state)
+    assert resumed.dynamic_sampling.planner.state_dict() == trainer.dynamic_sampling.planner.state_dict()
+    assert resumed.dynamic_sampling.history.state_dict() == trainer.dynamic_sampling.history.state_dict()
+    assert resumed.dynamic_sampling.stream.state_dict() == trainer.dynamic_sampling.stream.state_dict()
 
 
 def test_completions_table_shows_the_update_batch(make_model, tokenizer, tmp_path):
@@ -449,7 +449,7 @@ def test_the_batch_own_prompts_feed_the_history_and_the_planner_strata(make_mode
     assert PROMPT_INDEX_COLUMN not in seen_keys
     assert PROMPT_INDEX_COLUMN in trainer.train_dataset.column_names
     index_of = {prompt: i for i, prompt in enumerate(dataset["prompt"])}
-    history = trainer.prompt_history
+    history = trainer.dynamic_sampling.history
     assert set(history.outcomes) == {index_of[p] for p in generated}
     last_code = {"right": "H", "wrong": "L", "varying": "I"}  # all right, all wrong, informative
     assert all(history.outcomes[i][-1:] == last_code[dataset[i]["kind"]] for i in history.outcomes)
@@ -464,7 +464,7 @@ def test_the_batch_own_prompts_feed_the_history_and_the_planner_strata(make_mode
     constant = [p for i, p in predicted.items() if dataset[i]["kind"] != "varying"]
     assert min(varying) > 0.5 > max(constant)
     # The planner learnt a rate per stratum (prediction bucket): high where the varying prompts are, 0 elsewhere.
-    planner = trainer.refill_planner
+    planner = trainer.dynamic_sampling.planner
     by_kind = {kind: {history.stratum(i) for i in history.tallies if dataset[i]["kind"] == kind} for kind in last_code}
     assert "unseen" in planner.estimates and set().union(*by_kind.values()) <= set(planner.estimates)
     assert not by_kind["varying"] & (by_kind["right"] | by_kind["wrong"])
@@ -487,7 +487,7 @@ def test_cost_aware_planner_logs_expected_and_realised_cost(make_model, tokenize
     )
     trainer.train()
     logs = ds_logs(trainer)
-    planner = trainer.refill_planner
+    planner = trainer.dynamic_sampling.planner
     assert planner.confidence is None  # the default sizes rounds by their cost
     for h in logs:
         latency = h[N.DYNAMIC_SAMPLING_ROUND_LATENCY]

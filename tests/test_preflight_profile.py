@@ -192,7 +192,7 @@ def test_band_filter_and_history_seeding_in_a_run(demo, tmp_path):
     )
     model, rows = str(demo["root"] / "model"), Dataset.from_list(demo["rows"][:64])
     trainer = build_tiny_trainer(model, first_char_digit_reward, rows, demo["tokenizer"], **args)
-    history = trainer.prompt_history
+    history = trainer.dynamic_sampling.history
     assert set(history.outcomes) == {s.index for s in table}
     for s in table:
         code = "I" if 0 < s.passed < s.samples else ("H" if s.passed == s.samples else "L")

@@ -36,7 +36,7 @@ TIMED = {
 
 
 def steering_state(trainer) -> dict:
-    return {**trainer.dynamic_sampling_state(), "reward_range": list(trainer._reward_range)}
+    return {**trainer.dynamic_sampling.state_dict(), "micro_step": trainer._step}
 
 
 def untimed(state: dict) -> dict:

@@ -34,8 +34,10 @@ from .core.metrics import (
     truncated_completions,
 )
 from .core.overlong import OverlongPenalty, penalty_only_where_scored
-from .dynamic_sampling.assembly import LOSS_SCALE_KEY, _Round
-from .dynamic_sampling.rounds import DynamicSamplingMixin, _with_prompt_index
+from .dynamic_sampling.assembly import LOSS_SCALE_KEY, ScoredRound
+from .dynamic_sampling.rounds import BatchCollector, build_dynamic_sampler, with_prompt_index
+from .dynamic_sampling.sampler import DynamicSampler
+from .dynamic_sampling.state import resume_dynamic_sampling, save_dynamic_sampling
 from .launch import check_launch
 from .metric_names import N
 
@@ -47,7 +49,7 @@ class RewardFunctionError(RuntimeError):
     """A reward function raised; the message names it and the step, and the original exception is the cause."""
 
 
-class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
+class DAPOTrainer(GRPOTrainer):
     """Drop-in `trl.GRPOTrainer` with DAPO extensions; see `DAPOConfig` for the fields that switch them on.
 
     The `GRPOTrainer` seams it overrides (each pinned in `compat.py`), and why:
@@ -66,9 +68,9 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
     * ``_generate_and_score_completions``: without dynamic sampling, one ``super()`` call, then the configured advantage
       estimator. With it (training only), ``super()`` once per generation round, keeping the informative groups, until
       the batch is full or the round budget is spent; then advantages, ``num_items_in_batch`` and TRL's batch metrics
-      are recomputed on the batch actually trained on. That loop lives in `dynamic_sampling.rounds`, the refill stream
-      in `dynamic_sampling.stream` and the batch assembly in `dynamic_sampling.assembly` (all reached through
-      `DynamicSamplingMixin`).
+      are recomputed on the batch actually trained on. That loop is `dynamic_sampling.rounds.BatchCollector` (one per
+      step) and the batch assembly `dynamic_sampling.assembly`; what outlives a step (refill stream, planner, prompt
+      history, reward range) is the trainer's `dynamic_sampling.sampler.DynamicSampler`, ``self.dynamic_sampling``.
     * ``_save_rng_state`` / ``train``: every process writes the state that steers refill (stream position, planner
       estimates, reward range, prompt history) and TRL's micro-step count beside its RNG state in each checkpoint,
       and inside a generation cycle the rest of the generation batch; ``train`` restores them when resuming, so the
@@ -108,14 +110,14 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
         check_vllm_server_device(config)  # before TRL waits for a server whose weight sync cannot work here
         check_vllm_sampling_seed(config)  # before TRL builds an engine whose groups would all be identical
         if config.dynamic_sampling and params.get("train_dataset") is not None:
-            params["train_dataset"] = _with_prompt_index(params["train_dataset"])
+            params["train_dataset"] = with_prompt_index(params["train_dataset"])
         super().__init__(*bound.args[1:], **bound.kwargs)
         check_launch(self.accelerator)  # before N lone processes (or DDP instead of DeepSpeed) start training
         compat.check_private_attributes(self)
         compat.check_log_buffers(self)
         args = self.args
 
-        self._last_round: _Round | None = None
+        self._last_round: ScoredRound | None = None
         self._generated_tool_mask: list | None = None  # of the latest _generate call (None: no tools)
         # Columns of the reward matrix that score the task (everything but our overlong penalty).
         self.task_reward_indices = list(range(len(self.reward_funcs)))
@@ -125,8 +127,8 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
                 OverlongPenalty(args.max_completion_length, args.overlong_buffer_length, args.overlong_penalty_factor)
             )
             self.overlong_column = len(self.reward_funcs) - 1
-        if args.dynamic_sampling:
-            self._setup_dynamic_sampling()
+        # Dynamic sampling's state across steps (refill stream, planner, prompt history, reward range); None when off.
+        self.dynamic_sampling: DynamicSampler | None = build_dynamic_sampler(self) if args.dynamic_sampling else None
         self.step_timer: StepTimer | None = None
         if args.diagnostics:
             self.step_timer = StepTimer(("generation", "reward", "scoring", "update"))
@@ -169,7 +171,7 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
                 f"{len(completion_ids_list)} scored completions; trl_dapo_ext must be updated for this code path (see "
                 "trl_dapo_ext/compat.py)."
             )
-        self._last_round = _Round(
+        self._last_round = ScoredRound(
             rewards_per_func=rewards_per_func,
             completion_ids=completion_ids_list,
             lengths=completion_lengths(completion_ids_list, tool_mask),
@@ -218,7 +220,9 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
 
         return guarded
 
-    def _scored_round(self, rows: list[dict[str, Any]], need_rewards: bool = True) -> tuple[dict[str, Any], Any]:
+    def _scored_round(
+        self, rows: list[dict[str, Any]], need_rewards: bool = True
+    ) -> tuple[dict[str, Any], ScoredRound | None]:
         """One TRL generation round on ``rows``: its output dict and what `_calculate_rewards` recorded of it."""
         self._last_round = None  # so that a round which never scores cannot pass off the previous round's rewards
         self._generated_tool_mask = None  # nor the previous round's tool mask
@@ -233,23 +237,23 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
         return output, self._last_round
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, torch.Tensor | Any]:
-        if self.args.dynamic_sampling and self.model.training:
-            return self._dynamic_sampling_batch(inputs)
+        if self.dynamic_sampling is not None and self.model.training:
+            return BatchCollector(self, inputs).collect()
         diagnose = self.args.diagnostics and self.model.training
-        output, record = self._scored_round(inputs, need_rewards=self.args.recomputes_advantages or diagnose)
+        output, scored = self._scored_round(inputs, need_rewards=self.args.recomputes_advantages or diagnose)
         if self.args.recomputes_advantages:
-            advantages = self._advantages(record.rewards_per_func)
+            advantages = self._advantages(scored.rewards_per_func)
             self._replace_logged_advantages(advantages)
             output["advantages"] = self._local_rows(advantages, len(inputs))
         if diagnose:
             self._log_diagnostics(
-                attempted=[record.rewards_per_func],
-                update_rewards=self._local_rows(record.rewards_per_func, len(inputs)),
-                lengths=record.lengths,
-                truncated=record.truncated,
+                attempted=[scored.rewards_per_func],
+                update_rewards=self._local_rows(scored.rewards_per_func, len(inputs)),
+                lengths=scored.lengths,
+                truncated=scored.truncated,
                 batch=output,
-                completion_ids=record.completion_ids,
-                generated_completion_ids=[record.completion_ids],
+                completion_ids=scored.completion_ids,
+                generated_completion_ids=[scored.completion_ids],
             )
         return output
 
@@ -389,12 +393,12 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
         # or a trial's own run folder. A failed write raises (OSError) instead of leaving a checkpoint that would
         # resume with another refill stream.
         super()._save_rng_state(output_dir)
-        if self.args.dynamic_sampling:
-            self.save_dynamic_sampling_state(output_dir, self.args.process_index, self.args.world_size)
+        if self.dynamic_sampling is not None:
+            save_dynamic_sampling(self, output_dir)
 
     def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
-        if self.args.dynamic_sampling and resume_from_checkpoint:
-            self._resume_dynamic_sampling(resume_from_checkpoint)
+        if self.dynamic_sampling is not None and resume_from_checkpoint:
+            resume_dynamic_sampling(self, resume_from_checkpoint)
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
 

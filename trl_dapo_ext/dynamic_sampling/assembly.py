@@ -14,7 +14,7 @@ generation call. With dynamic sampling a step makes several calls, most of whose
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -177,7 +177,7 @@ def trl_batch_metrics(
 
 
 @dataclass
-class _Round:
+class ScoredRound:
     """What one generation round left behind, beyond TRL's output dict (local rows unless noted)."""
 
     rewards_per_func: torch.Tensor  # gathered over processes: (N_global, n_funcs)
@@ -187,8 +187,21 @@ class _Round:
 
 
 @dataclass
-class _Assembled:
-    """Per-row facts about an assembled update batch that TRL's output dict does not carry (local rows)."""
+class SelectedGroups:
+    """Whole groups selected from one round, ready to be concatenated into the update batch."""
+
+    batch: dict[str, Any]
+    rewards_per_func: torch.Tensor  # (rows, n_funcs)
+    lengths: torch.Tensor  # model tokens (TRL's length metrics)
+    truncated: torch.Tensor
+    completion_ids: list[list[int]]
+    origin: list[tuple[int, int, int]]  # (round, round's rows per process, local row) for the completions table
+    filled: bool = False  # uninformative groups completing a batch the budget could not fill: masked out of the loss
+
+
+@dataclass
+class BatchRows:
+    """Per-row values of an assembled update batch that TRL's output dict does not carry (local rows)."""
 
     rewards_per_func: torch.Tensor
     lengths: torch.Tensor
@@ -200,142 +213,164 @@ class _Assembled:
 
 
 @dataclass
-class _Part:
-    """Whole groups selected from one round, ready to be concatenated into the update batch."""
+class RoundRows:
+    """One round's output on this process, from which groups are selected."""
 
-    batch: dict[str, Any]
-    rewards_per_func: torch.Tensor  # (rows, n_funcs)
-    lengths: torch.Tensor  # model tokens (TRL's length metrics)
-    truncated: torch.Tensor
-    completion_ids: list[list[int]]
-    origin: list[tuple[int, int, int]]  # (round, round's rows per process, local row) for the completions table
-    filled: bool = False
+    output: dict[str, Any]  # TRL's batch of the round
+    scored: ScoredRound
+    local_rewards: torch.Tensor  # this process's rows of the reward matrix
+    round_index: int
+    local_count: int  # the round's rows on this process
 
-
-class AssemblyMixin:
-    """The batch-assembly half of `DAPOTrainer`'s dynamic sampling: whole groups of each round, the fill groups when
-    the budget runs out, and the one update batch built from them (advantages, loss mask, denominator, metrics)."""
-
-    def _select_groups(self, output, record: _Round, local_rewards, group_ids, round_index, local_count) -> _Part:
-        G = self.num_generations
+    def select(self, group_ids: torch.Tensor, num_generations: int, filled: bool = False) -> SelectedGroups:
+        """The whole groups ``group_ids`` (local group numbers) of this round."""
+        G = num_generations
         rows = (group_ids.unsqueeze(1) * G + torch.arange(G)).flatten()
         row_list = rows.tolist()
-        completion_ids = [record.completion_ids[i] for i in row_list]
-        return _Part(
-            batch=select_rows(output, rows),
-            rewards_per_func=local_rewards.index_select(0, rows.to(local_rewards.device)),
-            lengths=record.lengths.index_select(0, rows),
-            truncated=record.truncated.index_select(0, rows),
-            completion_ids=completion_ids,
-            origin=[(round_index, local_count, i) for i in row_list],
-        )
-
-    def _collect_fill_candidates(
-        self, candidates, output, record, local_rewards, filter_rewards, informative, round_index, local_count, room
-    ) -> None:
-        """Keep the best uninformative groups seen so far, never more than the batch could still need (``room``).
-
-        ``room`` only shrinks as informative groups are kept, so groups pruned now can never be needed later.
-        """
-        G = self.num_generations
-        spread, _ = group_reward_spread(filter_rewards, G)
-        fresh = [
-            ((-spread[group_id].item(), round_index, order), group_id)
-            for order, group_id in enumerate(fill_priority(filter_rewards, G).tolist())
-            if not informative[group_id]
-        ]
-        ranked = sorted(candidates + fresh, key=lambda candidate: candidate[0])[: max(room, 0)]
-        candidates[:] = [
-            (
-                key,
-                item
-                if isinstance(item, _Part)
-                else self._filler(output, record, local_rewards, item, round_index, local_count),
-            )
-            for key, item in ranked
-        ]
-
-    def _filler(self, output, record, local_rewards, group_id: int, round_index: int, local_count: int) -> _Part:
-        part = self._select_groups(output, record, local_rewards, torch.tensor([group_id]), round_index, local_count)
-        part.filled = True
-        return part
-
-    def _assemble(self, parts: list[_Part]) -> tuple[dict[str, Any], _Assembled]:
-        """Concatenate the selected groups; recompute advantages, the loss mask of filled groups and the denominator."""
-        batch = concat_rows([part.batch for part in parts], pad_token_id=self._tokenizer.pad_token_id)
-        rewards_per_func = torch.cat([part.rewards_per_func for part in parts])
-        filled = torch.cat([torch.full((len(part.origin),), part.filled) for part in parts])
-        device = batch["completion_mask"].device
-
-        # Filled groups are masked out of the loss: zero tool_mask rows (tool_mask only enters the loss mask).
-        if filled.any():
-            if "tool_mask" not in batch:
-                batch["tool_mask"] = torch.ones_like(batch["completion_mask"])
-            batch["tool_mask"][filled.to(device)] = 0
-
-        # Advantages on the final batch: batch-level statistics (scale_rewards="batch", normalize_then_sum) change
-        # when groups are dropped. Filled rows are left out of every statistic (NaN) and get advantage 0.
-        scored = rewards_per_func.clone()
-        scored[filled.to(scored.device)] = torch.nan
-        global_rewards = self.accelerator.gather(scored.to(device))
-        advantages = self._advantages(global_rewards)
-        batch["advantages"] = self._local_rows(advantages, len(filled)).to(device)
-
-        # The dapo/cispo/vespo losses divide by the global number of loss tokens of this batch.
-        loss_mask = batch["completion_mask"] * batch.get("tool_mask", 1)
-        batch["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
-        # The grpo/sapo/luspo/dr_grpo losses count rows, masked or not: the factor that takes the masked rows out.
-        masked_rows = int(self.accelerator.gather(filled.sum().reshape(1).to(device)).sum())
-        scale = masked_rows_loss_scale(
-            self.args.loss_type, rows=len(filled) * self.accelerator.num_processes, masked_rows=masked_rows
-        )
-        if scale != 1.0:
-            batch[LOSS_SCALE_KEY] = torch.tensor(scale, device=device)
-
-        facts = _Assembled(
-            rewards_per_func=rewards_per_func,
-            lengths=torch.cat([part.lengths for part in parts]),
-            truncated=torch.cat([part.truncated for part in parts]),
-            completion_ids=[ids for part in parts for ids in part.completion_ids],
+        return SelectedGroups(
+            batch=select_rows(self.output, rows),
+            rewards_per_func=self.local_rewards.index_select(0, rows.to(self.local_rewards.device)),
+            lengths=self.scored.lengths.index_select(0, rows),
+            truncated=self.scored.truncated.index_select(0, rows),
+            completion_ids=[self.scored.completion_ids[i] for i in row_list],
+            origin=[(self.round_index, self.local_count, i) for i in row_list],
             filled=filled,
-            origin=[origin for part in parts for origin in part.origin],
-            global_advantages=advantages,
         )
-        return batch, facts
 
-    def _replace_trl_metrics(self, metric_marks: dict[str, int], facts: _Assembled) -> None:
-        """Replace TRL's per-call batch metrics of this step's rounds (logged since ``metric_marks``) with one value
-        computed on the update batch."""
-        # TRL's per-call metrics now describe the update batch instead of an average over discarded attempts.
-        device, gather = self.accelerator.device, self.accelerator.gather
-        trl_metrics = trl_batch_metrics(
-            lengths=gather(facts.lengths.to(device)).cpu(),
-            truncated=gather(facts.truncated.to(device)).cpu(),
-            rewards_per_func=gather(facts.rewards_per_func.to(device)).cpu(),
-            weights=self.reward_weights,
-            reward_func_names=self.reward_func_names,
-            num_generations=self.num_generations,
-            scale_rewards=self.args.scale_rewards,
+
+FillCandidate = tuple[tuple, SelectedGroups]  # (priority key, one uninformative group)
+
+
+def best_fill_candidates(
+    candidates: list[FillCandidate],
+    round_rows: RoundRows,
+    filter_rewards: torch.Tensor,
+    informative: torch.Tensor,
+    num_generations: int,
+    room: int,
+) -> list[FillCandidate]:
+    """The best uninformative groups seen so far, ``candidates`` and this round's, never more than ``room`` (what
+    the batch could still need).
+
+    ``room`` only shrinks as informative groups are kept, so groups pruned now can never be needed later. Best
+    first: the widest reward spread, then the earliest round, then `core.groups.fill_priority`'s order.
+    """
+    G = num_generations
+    spread, _ = group_reward_spread(filter_rewards, G)
+    fresh = [
+        ((-spread[group_id].item(), round_rows.round_index, order), group_id)
+        for order, group_id in enumerate(fill_priority(filter_rewards, G).tolist())
+        if not informative[group_id]
+    ]
+    ranked = sorted(candidates + fresh, key=lambda candidate: candidate[0])[: max(room, 0)]
+    return [
+        (
+            key,
+            item if isinstance(item, SelectedGroups) else round_rows.select(torch.tensor([item]), G, filled=True),
         )
-        train_metrics = self._metrics["train"]
-        for key, value in trl_metrics.items():
-            if key in RECOMPUTED_KEYS or key.startswith("rewards/"):
-                del train_metrics[key][metric_marks.get(key, 0) :]
-                train_metrics[key].append(value)
+        for key, item in ranked
+    ]
 
-    def _rebuild_completion_logs(self, round_logs: dict[int, dict], facts: _Assembled) -> None:
-        """Completions table rows for the update batch, in global row order, instead of the last rounds' rows."""
-        origins = gather_object([(self.accelerator.process_index, *origin) for origin in facts.origin])
-        rewards = self.accelerator.gather(facts.rewards_per_func.to(self.accelerator.device)).cpu()
-        logs = self._logs
-        for value in logs.values():
-            value.clear()
-        for row, (rank, round_index, local_count, local_row) in enumerate(origins):
-            source, index = round_logs[round_index], rank * local_count + local_row
-            logs["prompt"].append(source["prompt"][index])
-            logs["completion"].append(source["completion"][index])
-            for column, values in source["extra"].items():
-                logs["extra"][column].append(values[index] if index < len(values) else None)
-            for func_index, name in enumerate(self.reward_func_names):
-                logs["rewards"][name].append(rewards[row, func_index].item())
-        logs["advantages"].extend(facts.global_advantages.tolist())
+
+def assemble(
+    parts: list[SelectedGroups],
+    *,
+    pad_token_id: int,
+    accelerator: Any,
+    advantages: Callable[[torch.Tensor], torch.Tensor],
+    loss_type: str,
+) -> tuple[dict[str, Any], BatchRows]:
+    """Concatenate the selected groups into one update batch; recompute its advantages (``advantages``: gathered
+    reward matrix to every row's advantage), the loss mask of filled groups and the loss denominator."""
+    batch = concat_rows([part.batch for part in parts], pad_token_id=pad_token_id)
+    rewards_per_func = torch.cat([part.rewards_per_func for part in parts])
+    filled = torch.cat([torch.full((len(part.origin),), part.filled) for part in parts])
+    device = batch["completion_mask"].device
+
+    # Filled groups are masked out of the loss: zero tool_mask rows (tool_mask only enters the loss mask).
+    if filled.any():
+        if "tool_mask" not in batch:
+            batch["tool_mask"] = torch.ones_like(batch["completion_mask"])
+        batch["tool_mask"][filled.to(device)] = 0
+
+    # Advantages on the final batch: batch-level statistics (scale_rewards="batch", normalize_then_sum) change
+    # when groups are dropped. Filled rows are left out of every statistic (NaN) and get advantage 0.
+    scored = rewards_per_func.clone()
+    scored[filled.to(scored.device)] = torch.nan
+    global_advantages = advantages(accelerator.gather(scored.to(device)))
+    start = accelerator.process_index * len(filled)
+    batch["advantages"] = global_advantages[start : start + len(filled)].to(device)
+
+    # The dapo/cispo/vespo losses divide by the global number of loss tokens of this batch.
+    loss_mask = batch["completion_mask"] * batch.get("tool_mask", 1)
+    batch["num_items_in_batch"] = accelerator.gather(loss_mask.sum()).sum()
+    # The grpo/sapo/luspo/dr_grpo losses count rows, masked or not: the factor that takes the masked rows out.
+    masked_rows = int(accelerator.gather(filled.sum().reshape(1).to(device)).sum())
+    scale = masked_rows_loss_scale(loss_type, rows=len(filled) * accelerator.num_processes, masked_rows=masked_rows)
+    if scale != 1.0:
+        batch[LOSS_SCALE_KEY] = torch.tensor(scale, device=device)
+
+    rows = BatchRows(
+        rewards_per_func=rewards_per_func,
+        lengths=torch.cat([part.lengths for part in parts]),
+        truncated=torch.cat([part.truncated for part in parts]),
+        completion_ids=[ids for part in parts for ids in part.completion_ids],
+        filled=filled,
+        origin=[origin for part in parts for origin in part.origin],
+        global_advantages=global_advantages,
+    )
+    return batch, rows
+
+
+def replace_trl_metrics(
+    train_metrics: dict[str, list[float]],
+    metric_marks: dict[str, int],
+    rows: BatchRows,
+    *,
+    gather: Callable[[torch.Tensor], torch.Tensor],
+    device: Any,
+    reward_weights: torch.Tensor,
+    reward_func_names: Sequence[str],
+    num_generations: int,
+    scale_rewards: str,
+) -> None:
+    """Replace TRL's per-call batch metrics of this step's rounds (logged since ``metric_marks``) with one value
+    computed on the update batch, instead of an average over discarded attempts."""
+    trl_metrics = trl_batch_metrics(
+        lengths=gather(rows.lengths.to(device)).cpu(),
+        truncated=gather(rows.truncated.to(device)).cpu(),
+        rewards_per_func=gather(rows.rewards_per_func.to(device)).cpu(),
+        weights=reward_weights,
+        reward_func_names=reward_func_names,
+        num_generations=num_generations,
+        scale_rewards=scale_rewards,
+    )
+    for key, value in trl_metrics.items():
+        if key in RECOMPUTED_KEYS or key.startswith("rewards/"):
+            del train_metrics[key][metric_marks.get(key, 0) :]
+            train_metrics[key].append(value)
+
+
+def rebuild_completion_logs(
+    logs: dict[str, Any],
+    round_logs: dict[int, dict],
+    rows: BatchRows,
+    *,
+    accelerator: Any,
+    reward_func_names: Sequence[str],
+) -> None:
+    """Fill TRL's completions-table buffers ``logs`` with the update batch's rows, in global row order, instead of
+    the last rounds' rows (``round_logs``: each round's own buffers)."""
+    origins = gather_object([(accelerator.process_index, *origin) for origin in rows.origin])
+    rewards = accelerator.gather(rows.rewards_per_func.to(accelerator.device)).cpu()
+    for value in logs.values():
+        value.clear()
+    for row, (rank, round_index, local_count, local_row) in enumerate(origins):
+        source, index = round_logs[round_index], rank * local_count + local_row
+        logs["prompt"].append(source["prompt"][index])
+        logs["completion"].append(source["completion"][index])
+        for column, values in source["extra"].items():
+            logs["extra"][column].append(values[index] if index < len(values) else None)
+        for func_index, name in enumerate(reward_func_names):
+            logs["rewards"][name].append(rewards[row, func_index].item())
+    logs["advantages"].extend(rows.global_advantages.tolist())

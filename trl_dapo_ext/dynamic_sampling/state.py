@@ -1,6 +1,9 @@
 """What a checkpoint saves and restores of dynamic sampling: the state that steers refill, one JSON file per process,
 and the rest of the generation batch when the checkpoint falls inside a generation cycle.
 
+`DAPOTrainer` calls :func:`save_dynamic_sampling` from ``_save_rng_state`` and :func:`resume_dynamic_sampling` from
+``train``; both read and set TRL's micro-step count ``_step`` and buffer ``_buffered_inputs`` (listed in `compat.py`).
+
 The refill stream's position, the planner's estimates, the reward range seen so far and the prompt history are
 written beside each process's RNG state (``rng_state_{i}.pth``) in every checkpoint and read back on resume, so a
 resumed run draws the same refill prompts and sizes its rounds as the uninterrupted run would have.
@@ -52,93 +55,75 @@ def _replace_atomically(path: str, write) -> None:
         raise
 
 
-class StateMixin:
-    """Checkpoint state of `DAPOTrainer`'s dynamic sampling (the refill stream, planner, history, reward range)."""
+def _generate_every(args: Any) -> int:
+    """Micro-steps per generation cycle: TRL generates when its micro-step count is a multiple of this."""
+    return args.steps_per_generation * args.num_iterations
 
-    def dynamic_sampling_state(self) -> dict[str, Any]:
-        """Everything that steers refill (JSON-ready): the refill stream's position, the planner's estimates, the
-        reward range seen so far (it splits the zero-variance groups and the history's tallies) and the history;
-        and TRL's micro-step count, which places the run in its generation cycle (restored only on resume)."""
-        return {
-            "refill": self.refill_sampler.state_dict(),
-            "planner": self.refill_planner.state_dict() if self.refill_planner is not None else None,
-            "history": self.prompt_history.state_dict() if self.prompt_history is not None else None,
-            "reward_range": list(self._reward_range),
-            "micro_step": self._step,
-        }
 
-    def _inside_generation_cycle(self) -> bool:
-        """Whether TRL's next micro-step trains a buffered micro-batch instead of generating (``_prepare_inputs``)."""
-        generate_every = self.args.steps_per_generation * self.args.num_iterations
-        return self._step % generate_every != 0 and self._buffered_inputs is not None
+def save_dynamic_sampling(trainer: Any, folder: str) -> str:
+    """Write this process's refill state into a checkpoint ``folder`` (and, inside a generation cycle, the rest of
+    the generation batch); return the state file's path.
 
-    def load_dynamic_sampling_state(self, state: dict[str, Any]) -> None:
-        self.refill_sampler.load_state_dict(state["refill"])
-        for name, component in (("planner", self.refill_planner), ("history", self.prompt_history)):
-            if component is not None and state.get(name) is not None:
-                component.load_state_dict(state[name])
-        if state.get("reward_range") is not None:
-            self._reward_range = [float(value) for value in state["reward_range"]]
+    The state is the trainer's `DynamicSampler` state dict plus TRL's micro-step count, which places the run in its
+    generation cycle. Every process writes its own file (the states agree: each is built from gathered values), so
+    every node of a run finds one beside its own RNG state, whether or not the checkpoint folder is shared. Written
+    to a temporary name first, so an interrupted write never leaves a truncated state behind; errors propagate.
+    """
+    args = trainer.args
+    path = os.path.join(folder, refill_state_file(args.process_index, args.world_size))
+    state = {**trainer.dynamic_sampling.state_dict(), "micro_step": trainer._step}
 
-    def save_dynamic_sampling_state(self, folder: str, process_index: int, world_size: int) -> str:
-        """Write this process's refill state into a checkpoint ``folder``; return the file's path.
+    def write_state(partial: str) -> None:
+        with open(partial, "w") as handle:
+            json.dump(state, handle)
 
-        Every process writes its own file (the states agree: each is built from gathered values), so every node
-        of a run finds one beside its own RNG state, whether or not the checkpoint folder is shared. Written to a
-        temporary name first, so an interrupted write never leaves a truncated state behind; errors propagate.
-        """
-        path = os.path.join(folder, refill_state_file(process_index, world_size))
-        state = self.dynamic_sampling_state()
+    _replace_atomically(path, write_state)
+    # Inside a generation cycle TRL's next micro-step trains a buffered micro-batch instead of generating: the rest
+    # of this batch is trained after the checkpoint.
+    if trainer._step % _generate_every(args) != 0 and trainer._buffered_inputs is not None:
+        buffer = os.path.join(folder, refill_state_file(args.process_index, args.world_size, GENERATION_BUFFER_FILE))
+        _replace_atomically(buffer, lambda partial: torch.save(trainer._buffered_inputs, partial))
+    return path
 
-        def write_state(partial: str) -> None:
-            with open(partial, "w") as handle:
-                json.dump(state, handle)
 
-        _replace_atomically(path, write_state)
-        if self._inside_generation_cycle():  # the rest of this batch is trained after the checkpoint
-            buffer = os.path.join(folder, refill_state_file(process_index, world_size, GENERATION_BUFFER_FILE))
-            _replace_atomically(buffer, lambda partial: torch.save(self._buffered_inputs, partial))
-        return path
+def resume_dynamic_sampling(trainer: Any, resume_from_checkpoint: str | bool) -> None:
+    """Load this process's refill state from the checkpoint ``train`` resumes from; warn when it has none."""
+    args = trainer.args
+    checkpoint = resume_from_checkpoint
+    if checkpoint is True:
+        checkpoint = get_last_checkpoint(args.output_dir)
+    name = refill_state_file(args.process_index, args.world_size)
+    state_file = os.path.join(checkpoint, name) if checkpoint else None
+    if state_file and os.path.isfile(state_file):
+        with open(state_file) as handle:
+            state = json.load(handle)
+        trainer.dynamic_sampling.load_state_dict(state)
+        _resume_generation_cycle(trainer, checkpoint, state.get("micro_step"))
+    else:
+        warnings.warn(
+            f"resuming from {checkpoint} without {name}: the refill stream restarts from the beginning "
+            "(refill prompts may repeat) and the round planner and prompt history start empty.",
+            stacklevel=3,
+        )
 
-    def load_dynamic_sampling_state_file(self, path: str) -> None:
-        with open(path) as handle:
-            self.load_dynamic_sampling_state(json.load(handle))
 
-    def _resume_dynamic_sampling(self, resume_from_checkpoint: str | bool) -> None:
-        """Load this process's refill state from the checkpoint ``train`` resumes from; warn when it has none."""
-        checkpoint = resume_from_checkpoint
-        if checkpoint is True:
-            checkpoint = get_last_checkpoint(self.args.output_dir)
-        name = refill_state_file(self.args.process_index, self.args.world_size)
-        state_file = os.path.join(checkpoint, name) if checkpoint else None
-        if state_file and os.path.isfile(state_file):
-            with open(state_file) as handle:
-                state = json.load(handle)
-            self.load_dynamic_sampling_state(state)
-            self._resume_generation_cycle(checkpoint, state.get("micro_step"))
-        else:
-            warnings.warn(
-                f"resuming from {checkpoint} without {name}: the refill stream restarts from the beginning "
-                "(refill prompts may repeat) and the round planner and prompt history start empty.",
-                stacklevel=3,
-            )
-
-    def _resume_generation_cycle(self, checkpoint: str, micro_step: int | None) -> None:
-        """Put TRL's micro-step count back, and inside a generation cycle the rest of the batch, so that the resumed
-        run trains the micro-batches and generates at the steps the uninterrupted run did."""
-        if micro_step is None:  # a checkpoint from before the count was saved: TRL's own resume (count from 0)
-            return
-        self._step = int(micro_step)
-        if self._step % (self.args.steps_per_generation * self.args.num_iterations) == 0:
-            return  # at a cycle's start: the next micro-step generates anyway
-        name = refill_state_file(self.args.process_index, self.args.world_size, GENERATION_BUFFER_FILE)
-        path = os.path.join(checkpoint, name)
-        if os.path.isfile(path):
-            self._buffered_inputs = torch.load(path, map_location=self.accelerator.device, weights_only=True)
-        else:
-            warnings.warn(
-                f"resuming inside a generation cycle from {checkpoint} without {name}: the rest of the cycle trains "
-                "on a freshly generated batch of the same prompts, with other refill draws than the interrupted run's "
-                "(the later cycles start at the same steps).",
-                stacklevel=4,
-            )
+def _resume_generation_cycle(trainer: Any, checkpoint: str, micro_step: int | None) -> None:
+    """Put TRL's micro-step count back, and inside a generation cycle the rest of the batch, so that the resumed
+    run trains the micro-batches and generates at the steps the uninterrupted run did."""
+    if micro_step is None:  # a checkpoint from before the count was saved: TRL's own resume (count from 0)
+        return
+    args = trainer.args
+    trainer._step = int(micro_step)
+    if trainer._step % _generate_every(args) == 0:
+        return  # at a cycle's start: the next micro-step generates anyway
+    name = refill_state_file(args.process_index, args.world_size, GENERATION_BUFFER_FILE)
+    path = os.path.join(checkpoint, name)
+    if os.path.isfile(path):
+        trainer._buffered_inputs = torch.load(path, map_location=trainer.accelerator.device, weights_only=True)
+    else:
+        warnings.warn(
+            f"resuming inside a generation cycle from {checkpoint} without {name}: the rest of the cycle trains "
+            "on a freshly generated batch of the same prompts, with other refill draws than the interrupted run's "
+            "(the later cycles start at the same steps).",
+            stacklevel=4,
+        )

@@ -20,17 +20,26 @@ Example:
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
-from trl_dapo_ext.core.groups import GroupOutcome
-from trl_dapo_ext.dynamic_sampling.history import PromptHistory
 from trl_dapo_ext.dynamic_sampling.planner import RefillPlanner
+from trl_dapo_ext.dynamic_sampling.profile_table import PromptStats, read_table, seed_history, write_table
+
+__all__ = [
+    "PromptStats",
+    "histogram",
+    "in_band",
+    "planner_cost",
+    "prompt_stats",
+    "read_table",
+    "seed_history",
+    "summarize",
+    "write_table",
+    "zero_variance_probability",
+]
 
 HISTOGRAM_EDGES = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
@@ -46,22 +55,6 @@ def zero_variance_probability(successes: int, samples: int, group_size: int) -> 
     total = math.comb(samples, group_size)
     value = (math.comb(successes, group_size) + math.comb(samples - successes, group_size)) / total
     return round(value, 4)
-
-
-@dataclass(frozen=True)
-class PromptStats:
-    """One prompt of the profile table (``index`` is its row in the dataset)."""
-
-    index: int
-    samples: int
-    passed: int
-    pass_rate: float
-    mean_reward: float | None
-    reward_std: float | None
-    zero_variance: float  # probability that a group of G is zero-variance
-    mean_length: float
-    truncated: float  # share of completions that hit max_completion_length
-    binary: bool
 
 
 def prompt_stats(
@@ -185,64 +178,3 @@ def in_band(stats: Sequence[PromptStats], low: float, high: float) -> list[int]:
     if not 0.0 <= low <= high <= 1.0:
         raise ValueError(f"the pass-rate band needs 0 <= low <= high <= 1, got {low}, {high}")
     return [s.index for s in stats if low <= s.pass_rate <= high]
-
-
-def seed_history(history: PromptHistory, stats: Sequence[PromptStats | dict[str, Any]]) -> None:
-    """Record the profile in a prompt history, as if each prompt had been trained on once.
-
-    Each prompt's outcome (informative, all passed, none passed) and its tally (passed of samples) feed the planner's
-    strata and prompt-history skipping from the first step (``dynamic_sampling_history_from``).
-
-    >>> history = PromptHistory(generations=4)
-    >>> seed_history(history, [prompt_stats(7, [1, 1, 1, 1], [2] * 4, [False] * 4, 4)])
-    >>> history.outcomes, history.stratum(7)
-    ({7: 'H'}, 'predicted 0.2-0.3')
-    """
-    indices, outcomes, upper, scorable = [], [], [], []
-    for item in stats:
-        s = PromptStats(**item) if isinstance(item, dict) else item
-        if s.samples == 0:
-            continue
-        if s.reward_std is not None and s.reward_std > 0:
-            outcome = GroupOutcome.INFORMATIVE
-        elif s.passed == s.samples:
-            outcome = GroupOutcome.ALL_MAX
-        elif s.passed == 0:
-            outcome = GroupOutcome.ALL_MIN
-        else:
-            outcome = GroupOutcome.OTHER
-        indices.append(s.index)
-        outcomes.append(outcome)
-        upper.append(s.passed if s.binary else -1)  # the tally counts upper-half completions: binary only
-        scorable.append(s.samples)
-    history.record(indices, outcomes, upper=upper, scorable=scorable)
-
-
-def write_table(path: str | Path, stats: Sequence[PromptStats]) -> None:
-    """The per-prompt table as JSON lines (one :class:`PromptStats` per line)."""
-    with open(path, "w") as handle:
-        for s in stats:
-            handle.write(json.dumps(asdict(s)) + "\n")
-
-
-def read_table(path: str | Path) -> list[PromptStats]:
-    """The per-prompt table written by :func:`write_table` (``trl-dapo profile``'s ``prompts.jsonl``).
-
-    >>> import tempfile, os
-    >>> path = os.path.join(tempfile.mkdtemp(), "prompts.jsonl")
-    >>> write_table(path, [prompt_stats(3, [1, 0], [2, 2], [False, False], 2)])
-    >>> read_table(path)[0].pass_rate
-    0.5
-    """
-    rows = []
-    fields = set(PromptStats.__dataclass_fields__)
-    with open(path) as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-                rows.append(PromptStats(**{k: record[k] for k in fields}))
-            except (json.JSONDecodeError, KeyError, TypeError) as error:
-                raise ValueError(f"{path}:{number} is not a trl-dapo profile row ({error})") from None
-    return rows
