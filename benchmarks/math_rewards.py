@@ -217,10 +217,10 @@ def _worker_cpu() -> dict[int, float]:
     """CPU seconds used so far by each live verifier worker process of this process."""
     import psutil
 
-    from reward_funcs.math import answers as ma
+    from reward_funcs.math import verdicts as mv
 
     out = {}
-    for pool in list(ma._POOLS.values()):
+    for pool in list(mv._POOLS.values()):
         for pid in pool.all_pids():
             try:
                 t = psutil.Process(pid).cpu_times()
@@ -260,14 +260,14 @@ def run(fn, rows: list[dict], batch: int) -> tuple[list, float, float]:
 
 def _reset_caches() -> None:
     from reward_funcs import close_math_workers
-    from reward_funcs.math import answers as ma
     from reward_funcs.math import compare as mc
+    from reward_funcs.math import verdicts as mv
 
     close_math_workers()
     for cache in (mc._prepare, mc._prepare_gold, mc._exact, mc._structure, mc._sides):
         cache.cache_clear()
-    ma._VERDICTS.data.clear()
-    ma._GOLD_STATUS.data.clear()
+    mv._VERDICTS.data.clear()
+    mv._GOLD_STATUS.data.clear()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -363,5 +363,7 @@ def test_assert_plan_docstring_examples_run():
     import doctest
 
     from reward_funcs.code import asserts as _assert_plan
+    from reward_funcs.code import plain_eval
 
     assert doctest.testmod(_assert_plan).failed == 0
+    assert doctest.testmod(plain_eval).failed == 0  # eval_simple's example (it lived in asserts.py before)

@@ -12,6 +12,7 @@ import pytest
 
 from reward_funcs import close_math_workers, make_math_reward
 from reward_funcs.math import answers as ma
+from reward_funcs.math import verdicts as mv
 
 TIMEOUT = 1.0
 # A hang guard, not a speed test: a call that has not returned after this long never will (the limit did not fire).
@@ -23,8 +24,8 @@ HANG_S = 300.0
 @pytest.fixture(autouse=True)
 def _no_cached_verdicts():
     # Forget cached verdicts so every test really goes through the workers.
-    ma._VERDICTS.data.clear()
-    ma._GOLD_STATUS.data.clear()
+    mv._VERDICTS.data.clear()
+    mv._GOLD_STATUS.data.clear()
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -40,8 +41,8 @@ def fresh_workers():
     close_math_workers()
 
 
-def _pool(reward) -> ma._WorkerPool:
-    return ma._get_pool(reward.workers, reward.memory_limit_mb)
+def _pool(reward) -> mv._WorkerPool:
+    return mv._get_pool(reward.workers, reward.memory_limit_mb)
 
 
 def _children() -> list[psutil.Process]:
@@ -107,7 +108,7 @@ def test_time_limit_holds_from_a_non_main_thread():
 
 def test_answers_match_time_limit_from_a_thread():
     ma.answers_match("\\sqrt{4}", "2", workers=1)  # warm
-    pool = ma._get_pool(1, ma.DEFAULT_MEMORY_LIMIT_MB)
+    pool = mv._get_pool(1, ma.DEFAULT_MEMORY_LIMIT_MB)
     before = set(pool.worker_pids())
     assert _returns(ma.answers_match, STUCK_ANSWER, "x^2=3", timeout_s=TIMEOUT, workers=1) is False
     assert before and not (before & set(pool.worker_pids()))  # the stuck worker was killed, not waited for
@@ -198,21 +199,21 @@ def test_repeated_predictions_are_checked_once():
 
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="Linux only")
 def test_default_worker_count_follows_the_cores():
-    assert 1 <= ma._default_workers() <= min(4, len(os.sched_getaffinity(0)))
+    assert 1 <= mv._default_workers() <= min(4, len(os.sched_getaffinity(0)))
 
 
 def test_an_interrupted_batch_leaves_the_pool_usable(monkeypatch):
     reward = make_math_reward(timeout_s=3.0, workers=1)
     _warm(reward)
-    real_handle = ma._WorkerPool._handle
+    real_handle = mv._WorkerPool._handle
 
     def interrupt_on_first_verdict(self, w, line, *args):
         if line.startswith("V "):
             raise KeyboardInterrupt
         return real_handle(self, w, line, *args)
 
-    monkeypatch.setattr(ma._WorkerPool, "_handle", interrupt_on_first_verdict)
+    monkeypatch.setattr(mv._WorkerPool, "_handle", interrupt_on_first_verdict)
     with pytest.raises(KeyboardInterrupt):
         reward(["\\boxed{\\sqrt{25}}", "\\boxed{\\sqrt{36}}"], answer=["5", "5"])
-    monkeypatch.setattr(ma._WorkerPool, "_handle", real_handle)
+    monkeypatch.setattr(mv._WorkerPool, "_handle", real_handle)
     assert reward(["\\boxed{\\sqrt{49}}", "\\boxed{\\sqrt{36}}"], answer=["7", "7"]) == [1.0, 0.0]

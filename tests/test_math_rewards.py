@@ -90,8 +90,10 @@ def test_docstring_examples_run():
     from reward_funcs.math import answers as math_answers
     from reward_funcs.math import forms as _math_forms
     from reward_funcs.math import normalize as _math_normalize
+    from reward_funcs.math import verdicts as math_verdicts
 
     assert doctest.testmod(math_answers).failed == 0
+    assert doctest.testmod(math_verdicts).failed == 0  # close_math_workers' example (it lived in answers.py before)
     assert doctest.testmod(_math_normalize).failed == 0
     assert doctest.testmod(_math_forms).failed == 0
 

@@ -22,68 +22,22 @@ become one *program* test, all or nothing: the whole test program runs in the or
 name replaced by a stub that calls the candidate process with plain-data arguments and gets plain data back
 (``sandboxed.supervisor.Supervisor.run_program``), so the same guarantees hold: no candidate object, frame or exit
 code takes part in the verdict, and the test program is never in the candidate's process.
+
+This module builds the plan (:func:`plan_asserts`); the name analysis it rests on is in :mod:`.source_names`, the
+parent's evaluator of simple checks in :mod:`.plain_eval`.
 """
 
 from __future__ import annotations
 
 import ast
-import builtins
-import symtable
-import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-_BUILTINS = frozenset(dir(builtins))
-_STDLIB = frozenset(sys.stdlib_module_names)
+# eval_simple is re-exported: the runner and the tests import it from here.
+from .plain_eval import eval_simple, is_simple  # noqa: F401
+from .source_names import BUILTINS, STDLIB, bound_names, local_names, solution_names, used_names
+
 _NEVER_PROBE = (ast.Compare, ast.BoolOp, ast.IfExp)
-_SIMPLE_NODES = (
-    ast.Expression,
-    ast.Constant,
-    ast.Name,
-    ast.Load,
-    ast.List,
-    ast.Tuple,
-    ast.Set,
-    ast.Dict,
-    ast.Compare,
-    ast.BoolOp,
-    ast.And,
-    ast.Or,
-    ast.UnaryOp,
-    ast.Not,
-    ast.USub,
-    ast.UAdd,
-    ast.Eq,
-    ast.NotEq,
-    ast.Lt,
-    ast.LtE,
-    ast.Gt,
-    ast.GtE,
-    ast.In,
-    ast.NotIn,
-    ast.Is,
-    ast.IsNot,
-    ast.Subscript,
-    ast.Slice,
-)
-_SAFE_CALLS = {
-    "len": len,
-    "sorted": sorted,
-    "set": set,
-    "frozenset": frozenset,
-    "list": list,
-    "tuple": tuple,
-    "abs": abs,
-    "round": round,
-    "min": min,
-    "max": max,
-    "sum": sum,
-    "all": all,
-    "any": any,
-    "bool": bool,
-    "math.isclose": __import__("math").isclose,
-}
-_SAFE_KEYWORDS = {"reverse", "rel_tol", "abs_tol"}
 
 
 class UnsupportedTests(ValueError):
@@ -113,38 +67,6 @@ class AssertPlan:
     literals: dict = field(default_factory=dict)  # test names bound to literal values (usable by the parent)
     program: str | None = None  # set: run this whole test program as the one test (see the module docstring)
     solution_names: tuple[str, ...] = ()  # program mode: names the test program takes from the solution
-
-
-def _bound_names(stmt: ast.stmt) -> set[str]:
-    names: set[str] = set()
-    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return {stmt.name}
-    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
-        for a in stmt.names:
-            names.add((a.asname or a.name).split(".")[0])
-        return names
-    for node in ast.walk(stmt):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            names.add(node.id)
-    return names
-
-
-def _local_names(node: ast.AST) -> set[str]:
-    """Names bound inside a node (function parameters, comprehension targets, inner assignments)."""
-    names: set[str] = set()
-    for n in ast.walk(node):
-        if isinstance(n, ast.arg):
-            names.add(n.arg)
-        elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
-            names.add(n.id)
-        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(n.name)
-    return names
-
-
-def _used_names(node: ast.AST) -> set[str]:
-    used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    return used - _local_names(node)
 
 
 def _lift_check_function(stmts: list[ast.stmt], entry_point: str | None) -> list[ast.stmt]:
@@ -180,14 +102,14 @@ class _Splitter:
         self.probes: list[ast.expr] = []
 
     def refs_candidate(self, node: ast.AST) -> bool:
-        return bool(_used_names(node) & self.candidate)
+        return bool(used_names(node) & self.candidate)
 
     def probe_ok(self, node: ast.AST, allow_constants: bool = False) -> bool:
         """May ``node`` be evaluated in the candidate process? ``allow_constants`` is used for comprehensions,
         whose constants are almost always inputs (``range(3)``); comparisons are never allowed."""
         if isinstance(node, _NEVER_PROBE) or (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not)):
             return False
-        local = _local_names(node)
+        local = local_names(node)
         ok = True
 
         def visit(n: ast.AST, in_args: bool) -> None:
@@ -240,29 +162,6 @@ class _Splitter:
         return node
 
 
-def _is_simple(expr: ast.expr, literals: dict) -> bool:
-    """Can the parent evaluate this check itself? Only plain-data nodes, indexing and a few pure builtins (no
-    arithmetic: ``__p0__ * 10**9`` on a candidate-supplied list would be a memory bomb in the trainer)."""
-    callees = set()
-    for n in ast.walk(expr):
-        if isinstance(n, ast.Call):
-            name = ast.unparse(n.func)
-            if name not in _SAFE_CALLS or any(k.arg not in _SAFE_KEYWORDS for k in n.keywords):
-                return False
-            callees.add(id(n.func))
-            callees.update(id(c) for c in ast.walk(n.func))
-    for n in ast.walk(expr):
-        if id(n) in callees or isinstance(n, (ast.Call, ast.keyword)):
-            continue
-        if not isinstance(n, _SIMPLE_NODES):
-            return False
-        if isinstance(n, ast.UnaryOp) and not isinstance(n.op, (ast.Not, ast.USub, ast.UAdd)):
-            return False
-        if isinstance(n, ast.Name) and not (n.id.startswith("__p") or n.id in literals):
-            return False
-    return True
-
-
 @lru_cache(maxsize=4096)
 def plan_asserts(tests: str, entry_point: str | None = None) -> AssertPlan:
     """Build the probe/check plan for assert-style tests (cached: GRPO repeats each row's tests per generation).
@@ -284,21 +183,6 @@ def plan_asserts(tests: str, entry_point: str | None = None) -> AssertPlan:
         return _split_plan(stmts, entry_point)
     except _NeedsProgram:
         return _program_plan(tests, ast.parse(tests).body, entry_point)
-
-
-def _solution_names(source: str) -> set[str]:
-    """Global names the test program reads but never binds (nor are builtins): they come from the solution."""
-    top = symtable.symtable(source, "<tests>", "exec")
-    bound = {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported()}
-    free: set[str] = set()
-    stack = [top]
-    while stack:
-        table = stack.pop()
-        for sym in table.get_symbols():
-            if sym.is_referenced() and (sym.is_global() if table.get_type() != "module" else True):
-                free.add(sym.get_name())
-        stack.extend(table.get_children())
-    return free - bound - _BUILTINS
 
 
 def _program_plan(tests: str, stmts: list[ast.stmt], entry_point: str | None) -> AssertPlan:
@@ -326,8 +210,8 @@ def _program_plan(tests: str, stmts: list[ast.stmt], entry_point: str | None) ->
     ]
     if not any(isinstance(n, (ast.Call, ast.Assert)) for s in runs for n in ast.walk(s)):
         raise UnsupportedTests("the tests define functions but never call them")
-    names = _solution_names(program)
-    stdlib = sorted(n for n in names if n in _STDLIB)  # `math.isclose` relying on the solution's `import math`
+    names = solution_names(program)
+    stdlib = sorted(n for n in names if n in STDLIB)  # `math.isclose` relying on the solution's `import math`
     solution = tuple(sorted(names - set(stdlib)))
     if not solution:
         raise UnsupportedTests("the tests never use the solution")
@@ -356,19 +240,19 @@ def _scan(stmts: list[ast.stmt]) -> _Scan:
     for st in stmts:
         if isinstance(st, ast.Assert):
             scan.asserts.append(st)
-            unknown = _used_names(st) - scan.bound - _BUILTINS
+            unknown = used_names(st) - scan.bound - BUILTINS
         else:
             if any(isinstance(n, ast.Assert) for n in ast.walk(st)):
                 raise _NeedsProgram("asserts must be top-level statements (no loops, ifs or helper functions)")
-            unknown = _used_names(st) - scan.bound - _BUILTINS - _bound_names(st)
+            unknown = used_names(st) - scan.bound - BUILTINS - bound_names(st)
         for name in unknown:
             # `math.isclose(...)` in MBPP tests often relies on the solution's `import math`: import it test-side.
-            (scan.implicit_imports if name in _STDLIB and name not in scan.candidate else scan.candidate).add(name)
+            (scan.implicit_imports if name in STDLIB and name not in scan.candidate else scan.candidate).add(name)
         if isinstance(st, ast.Assert):
             continue
-        dep = bool(_used_names(st) & scan.candidate)
+        dep = bool(used_names(st) & scan.candidate)
         scan.setup.append((st, dep))
-        names = _bound_names(st)
+        names = bound_names(st)
         if dep:
             scan.candidate |= names
             scan.bound -= names
@@ -403,7 +287,7 @@ def _split_plan(stmts: list[ast.stmt], entry_point: str | None) -> AssertPlan:
         expr = splitter.split(st.test)
         idx = tuple(range(first, len(splitter.probes)))
         if idx:  # an assert that does not use the solution tests nothing (and would be a free pass)
-            checks.append(Check(source, ast.unparse(expr), idx, _is_simple(expr, scan.literals)))
+            checks.append(Check(source, ast.unparse(expr), idx, is_simple(expr, scan.literals)))
     if not checks:
         raise UnsupportedTests("no assert uses the solution")
     oracle = implicit + [st for st, dep in scan.setup if not dep]
@@ -419,76 +303,11 @@ def _split_plan(stmts: list[ast.stmt], entry_point: str | None) -> AssertPlan:
 def _child_setup(setup: list[tuple[ast.stmt, bool]], probes: list, implicit: list[ast.stmt]) -> list[ast.stmt]:
     """The candidate process gets the candidate-dependent statements plus the test statements they or the probes
     need (transitively), never the rest, so test variables holding expected values stay out of its reach."""
-    needed = set().union(*(_used_names(p) for p in probes)) if probes else set()
+    needed = set().union(*(used_names(p) for p in probes)) if probes else set()
     child: list[ast.stmt] = []
     for st, dep in reversed(setup):
-        if dep or (_bound_names(st) & needed):
+        if dep or (bound_names(st) & needed):
             child.append(st)
-            needed |= _used_names(st)
+            needed |= used_names(st)
     child.reverse()
-    return [s for s in implicit if _bound_names(s) & needed] + child
-
-
-def eval_simple(expr: str, values: dict, literals: dict):
-    """Evaluate a check built only from plain-data nodes; the operands are builtin values rebuilt in this process.
-
-    >>> eval_simple("__p0__ == [1, 2] and not __p1__", {"__p0__": [1, 2], "__p1__": 0}, {})
-    True
-    """
-    env = {**literals, **values}
-
-    def ev(n: ast.AST):
-        if isinstance(n, ast.Constant):
-            return n.value
-        if isinstance(n, ast.Name):
-            return env[n.id]
-        if isinstance(n, ast.List):
-            return [ev(e) for e in n.elts]
-        if isinstance(n, ast.Tuple):
-            return tuple(ev(e) for e in n.elts)
-        if isinstance(n, ast.Set):
-            return {ev(e) for e in n.elts}
-        if isinstance(n, ast.Dict):
-            return {ev(k): ev(v) for k, v in zip(n.keys, n.values, strict=True)}
-        if isinstance(n, ast.UnaryOp):
-            v = ev(n.operand)
-            return not v if isinstance(n.op, ast.Not) else (-v if isinstance(n.op, ast.USub) else +v)
-        if isinstance(n, ast.BoolOp):
-            result = None
-            for e in n.values:
-                result = ev(e)
-                if isinstance(n.op, ast.And) != bool(result):
-                    return result
-            return result
-        if isinstance(n, ast.Subscript):
-            return ev(n.value)[ev(n.slice)]
-        if isinstance(n, ast.Slice):
-            return slice(*(None if e is None else ev(e) for e in (n.lower, n.upper, n.step)))
-        if isinstance(n, ast.Call):
-            fn = _SAFE_CALLS[ast.unparse(n.func)]
-            return fn(*(ev(a) for a in n.args), **{k.arg: ev(k.value) for k in n.keywords})
-        if isinstance(n, ast.Compare):
-            left = ev(n.left)
-            for op, comp in zip(n.ops, n.comparators, strict=True):
-                right = ev(comp)
-                if not _OPS[type(op)](left, right):
-                    return False
-                left = right
-            return True
-        raise ValueError(f"not a simple node: {type(n).__name__}")
-
-    return ev(ast.parse(expr, mode="eval").body)
-
-
-_OPS = {
-    ast.Eq: lambda a, b: a == b,
-    ast.NotEq: lambda a, b: a != b,
-    ast.Lt: lambda a, b: a < b,
-    ast.LtE: lambda a, b: a <= b,
-    ast.Gt: lambda a, b: a > b,
-    ast.GtE: lambda a, b: a >= b,
-    ast.In: lambda a, b: a in b,
-    ast.NotIn: lambda a, b: a not in b,
-    ast.Is: lambda a, b: a is b,
-    ast.IsNot: lambda a, b: a is not b,
-}
+    return [s for s in implicit if bound_names(s) & needed] + child

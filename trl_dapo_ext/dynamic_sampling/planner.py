@@ -26,82 +26,30 @@ estimates of the retention rate (informative groups / attempted groups):
 Everything is plain arithmetic on counts and strata that every process agrees on (gathered counts, the shared refill
 stream), so every process computes the same plan. No torch (numpy for the convolutions).
 
-The cost model and the recursion live in :mod:`.round_cost`, the retention estimates and Beta-Binomial laws in
-:mod:`.retention`, the fast search's batch scoring in :mod:`.scoring`.
+The pieces live beside it: the fixed-factor rule in :mod:`.fixed_factor`, the fill-chance rule in
+:mod:`.fill_chance`, the cost rule's direct search and future values in :mod:`.cost_search` (its fast search for large
+batches in :mod:`.scoring`), the cost model and the recursion in :mod:`.round_cost`, the retention estimates and
+Beta-Binomial laws in :mod:`.retention`. This module holds the planner's state (estimates, the step in progress, the
+checkpoint) and picks the rule.
 """
 
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
-
-from .retention import RetentionEstimate, at_least_probability, beta_binomial_head, beta_binomial_rows
-from .round_cost import Costs, RoundCostModel, plan_values, size_grid, survival
+# The round loop and benchmarks import the fixed-factor rule (and REFILL, RoundCostModel) from here: re-exported.
+from .cost_search import REFILL, cheapest_refill_direct, future_values, shared_refill_posterior  # noqa: F401
+from .fill_chance import fill_chance, smallest_refill
+from .fixed_factor import fixed_first_refill, plan_refill_groups  # noqa: F401
+from .retention import RetentionEstimate
+from .round_cost import Costs, RoundCostModel
 from .scoring import cheapest_refill_fast
-
-# ------------------------------------------------------------------------------------ the fixed-factor rule
-
-
-def fixed_first_refill(target_groups: int, oversample: float, max_groups_per_step: int | None = None) -> int:
-    """Refill groups (per process) that a fixed-factor first round adds to the batch's own ``target_groups``.
-
-    ``ceil(target_groups * oversample) - target_groups`` (DAPO's recipe generates 3x the batch), but never past the
-    per-step budget ``max_groups_per_step`` (the batch's own groups included; None: no budget).
-
-    Example (a batch of 8 groups, 3x; then a budget of 12 groups per step):
-        >>> fixed_first_refill(8, 3.0), fixed_first_refill(8, 3.0, max_groups_per_step=12)
-        (16, 4)
-    """
-    refill = math.ceil(target_groups * oversample) - target_groups
-    if max_groups_per_step is not None:
-        refill = min(refill, max(max_groups_per_step - target_groups, 0))
-    return max(refill, 0)
-
-
-def plan_refill_groups(
-    missing_groups: int,
-    attempted_groups: int,
-    informative_groups_seen: int,
-    max_groups: int,
-    budget_left: int | None = None,
-) -> int:
-    """How many prompt groups (per process) the next refill round should generate (the fixed-factor rule).
-
-    Asks for ``missing / observed retention`` groups so that one more round usually suffices, at least 1 and at most
-    ``max_groups`` (the size of the first round) and ``budget_left`` (the groups the step may still generate under
-    ``max_groups_per_step``; None: no budget). Before any informative group was seen, asks for the most allowed.
-    Returns 0 when nothing is missing or the budget is spent: the step stops. Every process must get the same
-    answer, so call it with globally agreed counts.
-
-    Example:
-        >>> plan_refill_groups(missing_groups=3, attempted_groups=8, informative_groups_seen=4, max_groups=8)
-        6
-        >>> plan_refill_groups(missing_groups=3, attempted_groups=8, informative_groups_seen=4, max_groups=8,
-        ...                    budget_left=2)
-        2
-    """
-    if missing_groups <= 0:
-        return 0
-    if max_groups < 1:
-        raise ValueError(f"max_groups must be >= 1, got {max_groups}")
-    if budget_left is not None:
-        if budget_left <= 0:
-            return 0
-        max_groups = min(max_groups, budget_left)
-    if attempted_groups <= 0 or informative_groups_seen <= 0:
-        return max_groups
-    retention = informative_groups_seen / attempted_groups
-    return max(1, min(max_groups, math.ceil(missing_groups / retention)))
-
 
 # --------------------------------------------------------------------------------------------- the planner
 
 POOLED = "all"  # the stratum of prompts the caller does not stratify
-REFILL = "\x00refill"  # the cost search's one stratum for refill groups (no caller names a stratum so)
 EXACT_UP_TO = 128  # direct search up to this shortfall and 4x it per round (RefillPlanner.exact_up_to)
 DEFAULT_ROUNDS = 10  # rounds a step may take when the caller does not say (dynamic_sampling_max_rounds default)
 
@@ -229,30 +177,12 @@ class RefillPlanner:
     def _round_cap(self) -> int:
         return math.ceil(self.step_target * self.max_oversample)
 
-    def _fill_chance(
-        self,
-        needed: Sequence[int],
-        own: Sequence[Strata],
-        peeked: Strata,
-        refill: int,
-        posteriors: dict[str, tuple[float, float]],
-    ) -> float:
-        """Chance that every process reaches its ``needed`` groups when each adds ``refill`` refill groups."""
-        shares = [peeked[p * refill : (p + 1) * refill] for p in range(self.num_processes)]
-        chance = 1.0
-        for p in range(self.num_processes):
-            if needed[p] > 0:
-                counts = Counter(own[p]) + Counter(shares[p])
-                chance *= at_least_probability(needed[p], [(n, *posteriors[s]) for s, n in counts.items()])
-        return chance
-
     def _smallest_refill(
         self, needed: Sequence[int], own: Sequence[Strata], candidates: Candidates | None, upper: int, wanted: float
     ) -> int:
         """Smallest refill count in ``[0, upper]`` whose chance to fill every process reaches ``wanted``.
 
-        Returns ``upper`` when even that falls short. The chance grows with the refill count (more groups can only
-        add informative ones), so a bisection finds it.
+        Returns ``upper`` when even that falls short (:func:`.fill_chance.smallest_refill`: a bisection).
         """
         if upper <= 0:
             return 0
@@ -260,20 +190,9 @@ class RefillPlanner:
         posteriors = self._posteriors({s for groups in (*own, peeked) for s in groups})  # fixed during the search
 
         def chance(refill: int) -> float:
-            return self._fill_chance(needed, own, peeked, refill, posteriors)
+            return fill_chance(needed, own, peeked, refill, posteriors)
 
-        if chance(0) >= wanted:
-            return 0
-        if chance(upper) < wanted:
-            return upper
-        low, high = 0, upper  # chance(low) < wanted <= chance(high)
-        while high - low > 1:
-            middle = (low + high) // 2
-            if chance(middle) >= wanted:
-                high = middle
-            else:
-                low = middle
-        return high
+        return smallest_refill(chance, upper, wanted)
 
     def _peek(self, candidates: Candidates | None, upper: int) -> list[str]:
         """Strata of the next ``upper`` refill groups of every process (pooled where the stream says nothing)."""
@@ -302,48 +221,6 @@ class RefillPlanner:
             pooled.uninformative += estimate.uninformative
         return pooled.alpha_beta(*(sum(counts[i] for counts in self.step_counts.values()) for i in (0, 1)))
 
-    def _future_values(
-        self, limit: int, rounds: int, cap: int, refill: tuple[float, float], method: str = "direct"
-    ) -> np.ndarray:
-        """``V[m]``, the least expected cost to finish from a shortfall ``m`` with ``rounds`` rounds after this one,
-        when every later round draws refill groups whose informative chance has the posterior ``refill``."""
-        sizes = size_grid(cap, dense=16, steps=24)  # V is smooth in n: a coarse grid beyond 16 groups suffices
-        rows = beta_binomial_rows if method == "fft" else beta_binomial_head  # the same law, the fast search's way
-        head = rows(sizes, *refill, limit)
-        survivals = np.cumsum(head[:, ::-1], axis=1)[:, ::-1]  # P(Y >= t)
-        return plan_values(self._costs(), survivals, sizes, rounds, self.num_processes, method=method)[rounds]
-
-    def _refill_posterior(self, peeked: Strata, posteriors: dict[str, tuple[float, float]]) -> tuple[float, float]:
-        """One posterior for every refill group: the mean retention of the stream's next prompts, at the pooled
-        strength.
-
-        Refill groups are exchangeable on purpose: the stream's order is fixed, so a round that stopped right
-        before a run of hopeless prompts would only hand them to the next round. Scoring the stream's prefixes one by
-        one would make the cost search chase that order instead of the cost.
-        """
-        alpha, beta = self._pooled_alpha_beta()
-        table = {s: posteriors[s][0] / sum(posteriors[s]) for s in set(peeked)}  # once per stratum, not prompt
-        means = np.fromiter(map(table.__getitem__, peeked), float, len(peeked))
-        mean = float(np.mean(means)) if len(means) else alpha / (alpha + beta)
-        mean = min(max(mean, 1e-9), 1 - 1e-9)
-        return mean * (alpha + beta), (1 - mean) * (alpha + beta)
-
-    @staticmethod
-    def _count_survival(needed: int, counts: Counter, heads: dict[str, np.ndarray]) -> np.ndarray:
-        """``P(Y >= t)`` for ``t = 0..needed``, ``Y`` the informative count of groups in these strata.
-
-        ``heads[stratum][n]``: the truncated law of the informative count of ``n`` groups of that stratum.
-        """
-        distribution = np.ones(1)
-        for stratum, trials in counts.items():
-            head = heads[stratum][trials]
-            if len(head) > needed + 1:
-                head = np.append(head[:needed], head[needed:].sum())
-            distribution = np.convolve(distribution, head)
-            if len(distribution) > needed + 1:  # counts of ``needed`` and more all fill the process: one entry
-                distribution = np.append(distribution[:needed], distribution[needed:].sum())
-        return survival(distribution, needed)
-
     def _cheapest_refill(
         self,
         needed: Sequence[int],
@@ -356,59 +233,27 @@ class RefillPlanner:
         """Refill count in ``[lower, upper]`` with the least expected cost of finishing the step.
 
         Cost of this round (``latency + G * groups``) plus the expected least cost of what it leaves
-        (:func:`plan_values` over the rounds after it). The batch's own groups count by
-        their strata; refill groups by the mean of the stream's next prompts (:meth:`_refill_posterior`). Records
-        the plan's expected cost and its chance to fill the batch.
+        (:func:`.cost_search.future_values` over the rounds after it). The batch's own groups count by their strata;
+        refill groups by the mean of the stream's next prompts (:func:`.cost_search.shared_refill_posterior`).
+        Records the plan's expected cost and its chance to fill the batch in ``_plan``.
         """
         limit = max(needed)
         peeked = self._peek(candidates, upper)
         posteriors = self._posteriors(set(peeked).union(*own))  # set() at C speed: the peek is long
-        refill_posterior = self._refill_posterior(peeked, posteriors)
+        refill_posterior = shared_refill_posterior(peeked, posteriors, self._pooled_alpha_beta())
         later_rounds = (rounds_left - 1) if rounds_left is not None else DEFAULT_ROUNDS - 1
         later_cap = self._round_cap()
         if self.max_groups_per_step is not None:  # what the budget leaves after a round of the least useful size
             later_cap = min(later_cap, self.next_budget() - max(lower, min(limit, upper)))
         # The direct search costs O(round cap * L) for its Beta-Binomial rows and O(L^2) per candidate: fast for the
         # shortfalls and rounds of a batch of up to exact_up_to groups (round cap 4x), too slow past them.
-        if limit > self.exact_up_to or upper > 4 * self.exact_up_to:  # the same plan, O(L log L) per candidate
-            values = self._future_values(limit, max(later_rounds, 0), max(later_cap, 0), refill_posterior, "fft")
-            found = cheapest_refill_fast(
-                self._costs(), needed, own, posteriors, refill_posterior, values, lower, upper
-            )
-            refill, self._plan = found
-            return refill
-        values = self._future_values(limit, max(later_rounds, 0), max(later_cap, 0), refill_posterior)
+        fast = limit > self.exact_up_to or upper > 4 * self.exact_up_to  # then the same plan, O(L log L) per candidate
         costs = self._costs()
-        most = len(own[0]) + upper  # the most groups of one stratum any candidate puts on a process
-        heads = {s: beta_binomial_head(range(most + 1), *ab, limit) for s, ab in posteriors.items()}
-        heads[REFILL] = beta_binomial_head(range(upper + 1), *refill_posterior, limit)
-
-        def expected(refill: int) -> tuple[float, float]:
-            cdf = np.ones(limit + 1)  # P(m' <= j): every process short by at most j
-            for p in range(self.num_processes):
-                if needed[p] > 0:
-                    counts = Counter(own[p]) + Counter({REFILL: refill})
-                    tail = self._count_survival(needed[p], counts, heads)
-                    gap = np.clip(needed[p] - np.arange(limit + 1), 0, None)
-                    cdf *= tail[gap]
-            pmf = np.diff(cdf, prepend=0.0)
-            groups = len(own[0]) + refill
-            return costs.latency + costs.generations * groups + float(pmf @ values), float(pmf[0])
-
-        grid = size_grid(upper, lower, dense=8, steps=16) if upper >= lower else [lower]
-        scores = {n: expected(n) for n in grid}
-        best = min(grid, key=lambda n: scores[n][0])
-        at = grid.index(best)  # refine between the grid points beside the best one
-        for n in range(grid[max(at - 1, 0)] + 1, grid[min(at + 1, len(grid) - 1)]):
-            if n not in scores:
-                scores[n] = expected(n)
-        best = min(scores, key=lambda n: (scores[n][0], n))
-        stop = costs.group_value * limit + costs.exhaustion_penalty  # what ending the step short costs now
-        if lower >= 1 and scores[best][0] >= stop:  # no round is worth its cost: the step cannot be saved
-            self._plan = (stop, 0.0)
-            return 0
-        self._plan = scores[best]
-        return best
+        rounds, cap, method = max(later_rounds, 0), max(later_cap, 0), "fft" if fast else "direct"
+        values = future_values(costs, limit, rounds, cap, refill_posterior, self.num_processes, method)
+        search = cheapest_refill_fast if fast else cheapest_refill_direct
+        refill, self._plan = search(costs, needed, own, posteriors, refill_posterior, values, lower, upper)
+        return refill
 
     def next_budget(self) -> int | None:
         """Groups per process the step may still generate (None: no per-step budget)."""

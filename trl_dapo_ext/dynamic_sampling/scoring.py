@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from .cost_search import cheapest_or_stop
 from .retention import beta_binomial_band, beta_binomial_rows, cached_beta_binomial_head
 from .round_cost import Costs, fft_convolve, least_cost_between, size_grid
 
@@ -104,6 +105,29 @@ def many_short_scorer(
     return score
 
 
+def grouped_scorer(
+    needed: Sequence[int],
+    own: Sequence[Sequence[str]],
+    posteriors: dict[str, tuple[float, float]],
+    refill_posterior: tuple[float, float],
+    values: np.ndarray,
+) -> Scorer:
+    """The scorer for these shortfalls (``needed``, ``own``: one entry per process): :func:`one_short_scorer` when a
+    single process is short, else :func:`many_short_scorer`, processes with the same shortfall and own strata
+    counted once."""
+    limit = max(needed)
+    groups: Counter = Counter()
+    for p in range(len(needed)):
+        if needed[p] > 0:
+            groups[(needed[p], tuple(sorted(Counter(own[p]).items())))] += 1
+    owned = {key: own_distribution(*key, posteriors, limit) for key in groups}
+    if len(groups) == 1 and sum(groups.values()) == 1:
+        (need, _), distribution = next(iter(owned.items()))
+        return one_short_scorer(distribution, need, refill_posterior, values)
+    alike = [(key[0], owned[key], count) for key, count in groups.items()]
+    return many_short_scorer(alike, limit, refill_posterior, values)
+
+
 def cheapest_refill_fast(
     costs: Costs,
     needed: Sequence[int],
@@ -132,17 +156,7 @@ def cheapest_refill_fast(
     costs at most ``PLAN_TOLERANCE`` (0.2%) of the expected cost more than the direct search's choice.
     """
     limit = max(needed)
-    groups: Counter = Counter()
-    for p in range(len(needed)):
-        if needed[p] > 0:
-            groups[(needed[p], tuple(sorted(Counter(own[p]).items())))] += 1
-    owned = {key: own_distribution(*key, posteriors, limit) for key in groups}
-    if len(groups) == 1 and sum(groups.values()) == 1:
-        (need, _), distribution = next(iter(owned.items()))
-        scorer = one_short_scorer(distribution, need, refill_posterior, values)
-    else:
-        alike = [(key[0], owned[key], count) for key, count in groups.items()]
-        scorer = many_short_scorer(alike, limit, refill_posterior, values)
+    scorer = grouped_scorer(needed, own, posteriors, refill_posterior, values)
     fixed = costs.latency + costs.generations * len(own[0])
 
     def expected(refills: list[int]) -> list[tuple[float, float]]:
@@ -169,8 +183,4 @@ def cheapest_refill_fast(
     tolerance = PLAN_TOLERANCE * abs(totals[best])
     low, high = grid[max(at - 1, 0)], grid[min(at + 1, len(grid) - 1)]
     least_cost_between(score, low, high, costs.generations, totals, tolerance)
-    best = min(scores, key=lambda n: (scores[n][0], n))
-    stop = costs.group_value * limit + costs.exhaustion_penalty
-    if lower >= 1 and scores[best][0] >= stop:
-        return 0, (stop, 0.0)
-    return best, scores[best]
+    return cheapest_or_stop(scores, lower, limit, costs)
