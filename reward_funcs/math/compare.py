@@ -2,7 +2,7 @@
 
 A pure function of the two prepared answers and an oracle for atomic (predicted value, gold value) pairs; the oracle
 answers from exact string / number checks or known verdicts and records what the symbolic workers must decide
-(see `answers._score_pairs`).
+(see `verdicts._score_pairs`).
 """
 
 from __future__ import annotations
