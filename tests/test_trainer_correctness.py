@@ -11,9 +11,9 @@ from helpers import digit_fraction_reward, grpo_kwargs, tiny_trainer
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_dapo_ext import DAPOConfig, DAPOTrainer, RewardFunctionError
+from trl_dapo_ext.diagnostics import DiagnosticsCallback
 from trl_dapo_ext.dynamic_sampling.rounds import PROMPT_INDEX_COLUMN
 from trl_dapo_ext.metric_names import N
-from trl_dapo_ext.trainer import _DiagnosticsCallback
 
 pytestmark = pytest.mark.trainer
 
@@ -62,7 +62,7 @@ class FakeCuda:
 
 def test_the_runs_peak_memory_survives_the_steps(make_model, tokenizer, prompt_dataset, tmp_path, monkeypatch):
     trainer = tiny_trainer(make_model(), digit_fraction_reward, prompt_dataset, tokenizer, tmp_path, diagnostics=True)
-    callback = next(c for c in trainer.callback_handler.callbacks if isinstance(c, _DiagnosticsCallback))
+    callback = next(c for c in trainer.callback_handler.callbacks if isinstance(c, DiagnosticsCallback))
     cuda = FakeCuda()
     cuda.install(monkeypatch)
     for gib in (5.0, 2.0):  # step 1 peaks at 5 GiB, step 2 at 2 GiB

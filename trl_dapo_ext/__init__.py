@@ -29,7 +29,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "DynamicSamplingExhausted": (".dynamic_sampling.rounds", "DynamicSamplingExhausted"),
     "LaunchError": (".launch", "LaunchError"),
     "MissingColumnError": ("reward_funcs.inputs", "MissingColumnError"),
-    "RewardFunctionError": (".trainer", "RewardFunctionError"),
+    "RewardFunctionError": (".reward_guard", "RewardFunctionError"),
     "TRLCompatibilityError": (".compat", "TRLCompatibilityError"),
     "UnsupportedBackendError": (".backends", "UnsupportedBackendError"),
     "UnsupportedBatchKey": (".dynamic_sampling.assembly", "UnsupportedBatchKey"),
@@ -73,5 +73,6 @@ if TYPE_CHECKING:
     from .dynamic_sampling.assembly import UnsupportedBatchKey
     from .dynamic_sampling.rounds import DynamicSamplingExhausted
     from .launch import LaunchError
-    from .trainer import DAPOTrainer, RewardFunctionError
+    from .reward_guard import RewardFunctionError
+    from .trainer import DAPOTrainer
     from .trainer import DAPOTrainer as GRPOTrainer

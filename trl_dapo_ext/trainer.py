@@ -9,11 +9,9 @@ which calls ``super()`` (no TRL code is copied). Every private TRL name it relie
 from __future__ import annotations
 
 import inspect
-from contextlib import nullcontext
 from typing import Any
 
 import torch
-from transformers import TrainerCallback
 from trl import GRPOTrainer
 
 from . import compat
@@ -22,31 +20,21 @@ from .config import DAPOConfig, as_dapo_config
 from .core.advantages import combine_rewards, group_advantages, normalize_then_sum_advantages
 from .core.metrics import (
     TOKEN_MEAN_METRICS,
-    StepTimer,
-    allocated_memory_gb,
     blank_token_means,
     completion_lengths,
-    generation_cost,
-    group_metrics,
-    length_metrics,
-    peak_memory_gb,
-    token_metrics,
     truncated_completions,
 )
 from .core.overlong import OverlongPenalty, penalty_only_where_scored
+from .diagnostics import Diagnostics, timed
 from .dynamic_sampling.assembly import LOSS_SCALE_KEY, ScoredRound
 from .dynamic_sampling.rounds import BatchCollector, build_dynamic_sampler, with_prompt_index
 from .dynamic_sampling.sampler import DynamicSampler
 from .dynamic_sampling.state import resume_dynamic_sampling, save_dynamic_sampling
 from .launch import check_launch
-from .metric_names import N
+from .reward_guard import guarded
 
 # DAPOTrainer.__init__ takes exactly these parameters (of the installed TRL release).
 _GRPO_INIT_SIGNATURE = inspect.signature(GRPOTrainer.__init__)
-
-
-class RewardFunctionError(RuntimeError):
-    """A reward function raised; the message names it and the step, and the original exception is the cause."""
 
 
 class DAPOTrainer(GRPOTrainer):
@@ -56,11 +44,13 @@ class DAPOTrainer(GRPOTrainer):
 
     * ``__init__``: takes exactly ``GRPOTrainer.__init__``'s parameters (its signature is copied, so a new TRL parameter
       passes through); accepts a plain ``trl.GRPOConfig``; appends the overlong penalty as one more reward function (so
-      it is added to the reward before advantages, logged on its own, and works with every generation backend); sets up
-      the refill stream for dynamic sampling.
+      it is added to the reward before advantages, logged on its own, and works with every generation backend); builds
+      the two objects it owns: ``self.dynamic_sampling`` (`dynamic_sampling.sampler.DynamicSampler`) and
+      ``self.diagnostics`` (`diagnostics.Diagnostics`), each None when its field is off.
     * ``_calculate_rewards``: calls ``super()`` and keeps the gathered ``(N_global, n_funcs)`` reward matrix and the
       round's completions, which TRL does not return from a generation round; while it runs, each reward function is
-      guarded so that an exception it raises names the function and the step (errors from elsewhere pass unchanged).
+      guarded so that an exception it raises names the function and the step (`reward_guard`; errors from elsewhere
+      pass unchanged).
       With overlong shaping it returns the matrix with the penalty NaN on rows that no task reward scored, so TRL's
       own rule for unscorable rows (every column NaN: left out of the baseline, advantage 0) holds for them, in every
       path that reads the matrix (TRL's advantages, this package's estimators, dynamic sampling's batch). It also
@@ -69,21 +59,23 @@ class DAPOTrainer(GRPOTrainer):
       estimator. With it (training only), ``super()`` once per generation round, keeping the informative groups, until
       the batch is full or the round budget is spent; then advantages, ``num_items_in_batch`` and TRL's batch metrics
       are recomputed on the batch actually trained on. That loop is `dynamic_sampling.rounds.BatchCollector` (one per
-      step) and the batch assembly `dynamic_sampling.assembly`; what outlives a step (refill stream, planner, prompt
-      history, reward range) is the trainer's `dynamic_sampling.sampler.DynamicSampler`, ``self.dynamic_sampling``.
-    * ``_save_rng_state`` / ``train``: every process writes the state that steers refill (stream position, planner
-      estimates, reward range, prompt history) and TRL's micro-step count beside its RNG state in each checkpoint,
-      and inside a generation cycle the rest of the generation batch; ``train`` restores them when resuming, so the
-      resumed run trains the same micro-batches and generates at the same steps (`dynamic_sampling.state`).
+      step), which hands each round's gathered counts to ``self.dynamic_sampling`` for the next round's decision, and
+      the batch assembly `dynamic_sampling.assembly`.
+    * ``_save_rng_state`` / ``train``: every process writes ``self.dynamic_sampling``'s state dict (stream position,
+      planner estimates, reward range, prompt history) and TRL's micro-step count beside its RNG state in each
+      checkpoint, and inside a generation cycle the rest of the generation batch; ``train`` restores them when
+      resuming, so the resumed run trains the same micro-batches and generates at the same steps
+      (`dynamic_sampling.state`).
     * ``compute_loss``: with dynamic sampling, calls ``super()``. In a batch with masked fill groups and a loss type
       that divides by its rows (``grpo``, ``sapo``, ``luspo``, ``dr_grpo``), the advantages and the KL coefficient
       are scaled for that call so that the masked rows leave the denominator: the update is the one of the batch
       without them (`core.loss`). For a micro-batch without a single loss token (only masked fill groups), TRL's
       token-mean metrics (``entropy``, clip ratios) become NaN: TRL would log 0.
     * ``_generate``, ``_prepare_inputs``, ``training_step``: each calls ``super()`` inside a section of the step timer
-      (``diagnostics=True``: the ``time/`` split); without diagnostics the timer is a no-op. ``_generate`` also keeps
-      the tool mask it returns, before ``mask_truncated_completions`` zeroes truncated rows of it: the recomputed
-      ``completions/*_length`` and the ``length/`` metrics count a truncated completion's tokens, as TRL does.
+      (``diagnostics=True``: the ``time/`` split, `diagnostics`); without diagnostics the timer is a no-op.
+      ``_generate`` also keeps the tool mask it returns, before ``mask_truncated_completions`` zeroes truncated rows
+      of it: the recomputed ``completions/*_length`` and the ``length/`` metrics count a truncated completion's
+      tokens, as TRL does.
 
     Loss, generation, optimizer and logging stay TRL's. With every extension field at its default, the trainer
     computes exactly what ``trl.GRPOTrainer`` computes.
@@ -129,10 +121,7 @@ class DAPOTrainer(GRPOTrainer):
             self.overlong_column = len(self.reward_funcs) - 1
         # Dynamic sampling's state across steps (refill stream, planner, prompt history, reward range); None when off.
         self.dynamic_sampling: DynamicSampler | None = build_dynamic_sampler(self) if args.dynamic_sampling else None
-        self.step_timer: StepTimer | None = None
-        if args.diagnostics:
-            self.step_timer = StepTimer(("generation", "reward", "scoring", "update"))
-            self.add_callback(_DiagnosticsCallback(self))
+        self.diagnostics: Diagnostics | None = Diagnostics(self) if args.diagnostics else None
 
     __init__.__signature__ = _GRPO_INIT_SIGNATURE  # what help() and inspect show: TRL's parameters
 
@@ -152,7 +141,9 @@ class DAPOTrainer(GRPOTrainer):
         # Only the reward functions' own exceptions are renamed: an OOM or a collective's error raised elsewhere in
         # TRL's method (e.g. gathering the reward matrix) passes through unchanged.
         user_funcs = self.reward_funcs
-        self.reward_funcs = [self._guarded(func, name) for func, name in zip(user_funcs, self.reward_func_names)]
+        self.reward_funcs = [
+            guarded(func, name, self._where) for func, name in zip(user_funcs, self.reward_func_names)
+        ]
         try:
             with self._timed("reward"):
                 rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
@@ -179,46 +170,11 @@ class DAPOTrainer(GRPOTrainer):
         )
         return rewards_per_func
 
-    def _guarded(self, func: Any, name: str) -> Any:
-        """``func`` (sync or async, as TRL will call it) raising `RewardFunctionError` instead; models unchanged."""
-        if isinstance(func, torch.nn.Module):
-            return func
-
-        def named(error: Exception) -> RewardFunctionError:
-            where = (
-                f"training step {self.state.global_step + 1}"  # the step being generated for, counted from 1
-                if self.model.training
-                else f"evaluation after training step {self.state.global_step}"
-            )
-            # A ValueError says what is wrong with the input (e.g. reward_funcs' missing-column error); any other
-            # exception is a bug in the function, or a completion it cannot score.
-            advice = (
-                ""
-                if isinstance(error, ValueError)
-                else " Fix the function, or return None for completions it cannot score (TRL leaves those out of "
-                "the advantages)."
-            )
-            return RewardFunctionError(
-                f"reward function {name!r} raised at {where}: {type(error).__name__}: {str(error).rstrip('.')}.{advice}"
-            )
-
-        if compat.is_async_callable(func):
-
-            async def guarded_async(*args, **kwargs):
-                try:
-                    return await func(*args, **kwargs)
-                except Exception as error:
-                    raise named(error) from error
-
-            return guarded_async
-
-        def guarded(*args, **kwargs):
-            try:
-                return func(*args, **kwargs)
-            except Exception as error:
-                raise named(error) from error
-
-        return guarded
+    def _where(self) -> str:
+        """When a reward function runs, for its error message: the step being generated for, counted from 1."""
+        if self.model.training:
+            return f"training step {self.state.global_step + 1}"
+        return f"evaluation after training step {self.state.global_step}"
 
     def _scored_round(
         self, rows: list[dict[str, Any]], need_rewards: bool = True
@@ -246,7 +202,7 @@ class DAPOTrainer(GRPOTrainer):
             self._replace_logged_advantages(advantages)
             output["advantages"] = self._local_rows(advantages, len(inputs))
         if diagnose:
-            self._log_diagnostics(
+            self.diagnostics.log_batch(
                 attempted=[scored.rewards_per_func],
                 update_rewards=self._local_rows(scored.rewards_per_func, len(inputs)),
                 lengths=scored.lengths,
@@ -262,7 +218,7 @@ class DAPOTrainer(GRPOTrainer):
     # ------------------------------------------------------------------------------------------------------------
 
     def _timed(self, section: str):
-        return self.step_timer.section(section) if self.step_timer is not None else nullcontext()
+        return timed(self.diagnostics, section)
 
     def _generate(self, prompts: list):
         with self._timed("generation"):
@@ -306,58 +262,6 @@ class DAPOTrainer(GRPOTrainer):
         with self._timed("update"):  # forward and backward; nested rollout sections are charged to themselves
             return super().training_step(model, inputs, num_items_in_batch)
 
-    def _task_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
-        indices = self.task_reward_indices
-        return combine_rewards(rewards_per_func[:, indices], self.reward_weights[indices])
-
-    def _log_diagnostics(
-        self, attempted, update_rewards, lengths, truncated, batch, completion_ids, generated_completion_ids
-    ) -> None:
-        """One generation batch's groups/, length/ and cost/ metrics.
-
-        ``attempted``: gathered reward matrices of every round (groups/ describes all attempted groups: how hard the
-        prompts are); the other arguments describe this process's update batch (length/ and cost/).
-        """
-        args, device, gather = self.args, self.accelerator.device, self.accelerator.gather
-        metrics = group_metrics(
-            self._task_rewards(torch.cat(attempted)),
-            self.num_generations,
-            success_threshold=args.diagnostics_success_threshold,
-            k=args.diagnostics_pass_k,
-        )
-        penalty = None
-        if self.overlong_column is not None:  # NaN on unscorable rows, which the length/ means leave out
-            penalty = gather(update_rewards[:, self.overlong_column].to(device)).cpu()
-        metrics.update(
-            length_metrics(
-                gather(lengths.to(device)).cpu(),
-                gather(truncated.to(device)).cpu(),
-                task_rewards=gather(self._task_rewards(update_rewards).to(device)).cpu(),
-                penalty=penalty,
-                max_length=args.max_completion_length if penalty is not None else None,
-                buffer_length=args.overlong_buffer_length if penalty is not None else None,
-                success_threshold=args.diagnostics_success_threshold,
-            )
-        )
-        # Padding and loss tokens of the update batch (this process); the mask before mask_truncated_completions
-        # is rebuilt from the raw completion lengths.
-        completion_mask = batch["completion_mask"]
-        raw_lengths = torch.tensor([len(ids) for ids in completion_ids], device=completion_mask.device)
-        positions = torch.arange(completion_mask.shape[1], device=completion_mask.device)
-        metrics.update(
-            token_metrics(
-                batch["prompt_mask"],
-                (positions.unsqueeze(0) < raw_lengths.unsqueeze(1)).long(),
-                loss_mask=completion_mask * batch.get("tool_mask", 1),
-            )
-        )
-        local_tokens = sum(len(ids) for round_ids in generated_completion_ids for ids in round_ids)
-        generated_tokens = int(gather(torch.tensor([local_tokens], device=device)).sum())
-        retained_groups = len(lengths) // self.num_generations * self.accelerator.num_processes
-        metrics.update(generation_cost(generated_tokens, retained_groups))
-        for key, value in metrics.items():
-            self._metrics["train"][key].append(value)
-
     def _advantages(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
         """Advantages of every row of a gathered reward matrix, with the configured estimator and aggregation."""
         mode = "train" if self.model.training else "eval"
@@ -400,34 +304,3 @@ class DAPOTrainer(GRPOTrainer):
         if self.dynamic_sampling is not None and resume_from_checkpoint:
             resume_dynamic_sampling(self, resume_from_checkpoint)
         return super().train(resume_from_checkpoint, *args, **kwargs)
-
-
-class _DiagnosticsCallback(TrainerCallback):
-    """time/ split per optimizer step: the optimizer step counts as update; the rest outside sections is other."""
-
-    def __init__(self, trainer: DAPOTrainer):
-        self.trainer = trainer
-        self._optimizer_section = None
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        self.trainer.step_timer.reset()
-
-    def on_pre_optimizer_step(self, args, state, control, **kwargs):
-        self._optimizer_section = self.trainer.step_timer.section("update")
-        self._optimizer_section.__enter__()
-
-    def on_optimizer_step(self, args, state, control, **kwargs):
-        if self._optimizer_section is not None:
-            self._optimizer_section.__exit__(None, None, None)
-            self._optimizer_section = None
-
-    def on_step_end(self, args, state, control, **kwargs):
-        metrics = self.trainer._metrics["train"]
-        for key, value in self.trainer.step_timer.metrics().items():
-            metrics[key].append(value)
-        # The peak counter is never reset here: it is the process's (and train_summary.json reads it at the end),
-        # so the logged peak is the run's so far; the memory still held at the step's end shows a leak per step.
-        peak = peak_memory_gb()
-        if peak is not None:
-            metrics[N.COST_PEAK_MEMORY_GB].append(peak)
-            metrics[N.COST_MEMORY_ALLOCATED_GB].append(allocated_memory_gb())

@@ -274,7 +274,7 @@ class BatchCollector:
         )
         self._log_step(retained_per_process, len(fillers), rows)
         if trainer.args.diagnostics:
-            trainer._log_diagnostics(
+            trainer.diagnostics.log_batch(
                 attempted=self.attempted_rewards,
                 update_rewards=rows.rewards_per_func,
                 lengths=rows.lengths,
