@@ -32,6 +32,18 @@ def test_core_modules_import_neither_trl_nor_transformers(module):
     assert result.stdout.strip() == "[]", f"{module} imports {result.stdout.strip()}"
 
 
+# Dynamic sampling's decisions, testable without a model: the sampler and every module it builds on.
+PURE_DYNAMIC_SAMPLING_MODULES = [
+    f"trl_dapo_ext.dynamic_sampling.{name}"
+    for name in ("sampler", "counts", "messages", "profile_table", "planner", "history", "stream")
+]
+
+
+@pytest.mark.parametrize("module", PURE_DYNAMIC_SAMPLING_MODULES)
+def test_the_sampler_side_of_dynamic_sampling_imports_neither_trl_nor_transformers(module):
+    test_core_modules_import_neither_trl_nor_transformers(module)
+
+
 def test_core_modules_are_found():
     assert {"advantages", "groups", "metrics", "overlong"} <= {name.rsplit(".", 1)[1] for name in CORE_MODULES}
 
