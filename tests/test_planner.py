@@ -404,3 +404,30 @@ def test_observing_groups_equals_observing_each_stratum_count(groups):
     assert by_groups.state_dict() == by_counts.state_dict()
     with pytest.raises(ValueError):
         by_groups.observe_groups(["unseen"], [True, False])
+
+
+def test_the_planner_state_does_not_depend_on_the_process_hash_seed():
+    """Every process of a run must plan alike, and each starts with its own string-hash seed (unless PYTHONHASHSEED
+    is set): the estimates, and the pooled sums over them, must come out in the same order whatever the seed."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import json\n"
+        "from trl_dapo_ext.dynamic_sampling.planner import RefillPlanner\n"
+        "planner = RefillPlanner(generations=4)\n"
+        "strata = ['predicted 0.1-0.2', 'unseen', 'predicted 0.5-0.6', 'all', 'predicted 0.9-1', 'last H', 'last L']\n"
+        "for step in range(3):\n"
+        "    planner.first_round(4)\n"
+        "    planner.observe_groups(strata[step:] + strata[:step], [i % 3 == step for i in range(len(strata))])\n"
+        "    planner.end_step()\n"
+        "print(json.dumps([list(planner.estimates), planner.expected_retention().hex(), planner.state_dict()]))\n"
+    )
+    outputs = set()
+    for seed in ("0", "1", "2", "3"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+        assert result.returncode == 0, result.stderr
+        outputs.add(result.stdout)
+    assert len(outputs) == 1

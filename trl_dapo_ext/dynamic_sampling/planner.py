@@ -384,7 +384,10 @@ class RefillPlanner:
                 "fill_chance": self.step_fill_chance,
                 "latency": self.latency(),
             }
-        for stratum in set(self.estimates) | set(self.step_counts):
+        # Known strata first, then this step's new ones in the order they were observed: the same order on every
+        # process (a set's order follows the process's string-hash seed, and the pooled sums follow this order).
+        new_strata = [stratum for stratum in self.step_counts if stratum not in self.estimates]
+        for stratum in [*self.estimates, *new_strata]:
             attempted, informative = self.step_counts.get(stratum, (0, 0))
             self.estimates.setdefault(stratum, RetentionEstimate()).fold(attempted, informative, self.decay)
         self._reset_step()
