@@ -18,7 +18,8 @@ Per step, in order (`rounds.BatchCollector` drives it):
 Example:
     >>> import torch
     >>> from trl_dapo_ext import DAPOConfig
-    >>> args = DAPOConfig("out", dynamic_sampling=True, dynamic_sampling_oversample=2.0, report_to="none")
+    >>> args = DAPOConfig("out", dynamic_sampling=True, dynamic_sampling_oversample=2.0, use_cpu=True, bf16=False,
+    ...                   report_to="none")
     >>> sampler = DynamicSampler(args, dataset_size=10, num_generations=2, filter_indices=[0],
     ...                          reward_weights=torch.ones(1))
     >>> sampler.begin_step(step=0)
@@ -27,8 +28,8 @@ Example:
     >>> len(sampler.draw(2, round_index=1))
     2
     >>> sampler.plan_round(StepProgress(round_index=1, target=2, first_refill=2, kept_per_process=[1],
-    ...                                 totals=GroupCounts(attempted=4, informative=1)))
-    RoundPlan(groups=3, stop=None)
+    ...                                 totals=GroupCounts(attempted=4, informative=1)))  # 1 short at 1/4 kept
+    RoundPlan(groups=4, stop=None)
 """
 
 from __future__ import annotations
