@@ -22,7 +22,16 @@ from transformers.trainer_callback import ProgressCallback
 
 from ..core.groups import GroupOutcome
 from ..metric_names import N
-from .assembly import RoundRows, assemble, best_fill_candidates, rebuild_completion_logs, replace_trl_metrics
+from .assembly import (
+    BatchRows,
+    FillCandidate,
+    RoundRows,
+    SelectedGroups,
+    assemble,
+    best_fill_candidates,
+    rebuild_completion_logs,
+    replace_trl_metrics,
+)
 from .counts import GroupCounts, UnscoredRewards, added
 from .messages import exhausted_message, fill_warning
 from .sampler import DynamicSampler, RoundGroups, StepProgress
@@ -135,8 +144,8 @@ class BatchCollector:
         self.rounds = 0
         self.totals = GroupCounts()
         self.kept_per_process: list[int] = []  # informative groups each process holds
-        self.kept: list = []  # SelectedGroups of each round
-        self.fill_candidates: list = []  # (priority key, one uninformative group), best first
+        self.kept: list[SelectedGroups] = []  # informative groups of each round, in the order kept
+        self.fill_candidates: list[FillCandidate] = []  # (priority key, one uninformative group), best first
         self.attempted_rewards: list[torch.Tensor] = []  # gathered reward matrix per round (diagnostics)
         self.generated_ids: list[list[list[int]]] = []  # completions per round (diagnostics)
         self.round_logs: dict[int, dict[str, Any]] = {}  # each round's completions-table buffers
@@ -317,7 +326,7 @@ class BatchCollector:
                 stacklevel=2,
             )
 
-    def _log_step(self, retained_per_process: list[int], filled: int, rows: Any) -> None:
+    def _log_step(self, retained_per_process: list[int], filled: int, rows: BatchRows) -> None:
         """The step's ``dynamic_sampling/`` metrics, and TRL's batch metrics recomputed on the update batch."""
         trainer, totals = self.trainer, self.totals
         attempted, retained = totals.attempted, sum(retained_per_process)
