@@ -14,7 +14,7 @@ from typing import Any
 from trl_dapo_ext.cli.interrupts import INTERRUPTED_DIR, RunInterrupted, save_on_interrupt
 
 from .evaluation import evaluate
-from .progress import RL_COST_FILE
+from .progress import RL_COST_FILE, DemoProgress
 from .settings import DemoSettings, common_args
 
 # The demo's DAPO features on top of TRL's defaults (which already use the token-level loss, `loss_type="dapo"`).
@@ -149,7 +149,9 @@ class CountingReward:
         return self.reward_func(completions, **kwargs)
 
 
-def rl_stage(model, tokenizer, rl_rows, held_out, settings: DemoSettings, dapo: bool, name: str, progress) -> dict:
+def rl_stage(
+    model, tokenizer, rl_rows, held_out, settings: DemoSettings, dapo: bool, name: str, progress: DemoProgress
+) -> dict:
     """One RL stage from the warm start (or from its checkpoint), evaluated; DAPO's also saves the model and report."""
     from reward_funcs import math_reward
 
