@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from trl_dapo_ext.cli import demo
+from trl_dapo_ext.cli.demo import rl as demo_rl
 from trl_dapo_ext.cpu_threads import WAIT_VARIABLES
 
 # Held-out sampled accuracy must rise by at least this much (points) in the quick run (see the docstring below).
@@ -106,13 +107,13 @@ def test_demo_flag_rejects_a_teacher_noise_that_is_not_a_probability(capsys):
 
 def test_rl_schedule_decays_the_last_steps_and_the_quick_run_stays_constant():
     full = demo.DemoSettings()
-    assert demo._schedule(full) == dict(
+    assert demo_rl._schedule(full) == dict(
         lr_scheduler_type="warmup_stable_decay", lr_scheduler_kwargs={"num_decay_steps": full.decay_steps}
     )
     short = demo.DemoSettings(rl_steps=50, warmup_steps=10)  # fewer steps than the decay: decay all after warm-up
-    assert demo._schedule(short)["lr_scheduler_kwargs"] == {"num_decay_steps": 40}
+    assert demo_rl._schedule(short)["lr_scheduler_kwargs"] == {"num_decay_steps": 40}
     quick = demo.DemoSettings(**demo.QUICK)
-    assert demo._schedule(quick) == dict(lr_scheduler_type="constant_with_warmup")
+    assert demo_rl._schedule(quick) == dict(lr_scheduler_type="constant_with_warmup")
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,8 @@ from trl import SFTTrainer
 
 from trl_dapo_ext import DAPOTrainer
 from trl_dapo_ext.cli import demo as demo_cli
+from trl_dapo_ext.cli.demo import run as demo_run
+from trl_dapo_ext.cli.demo import sft as demo_sft
 
 # 40 warm-start steps: enough for some right answers, so RL has mixed groups and moves the weights (after 4, every
 # reward is 0 and RL changes nothing). 5 RL steps: the report needs one logged step (logging_steps 5).
@@ -100,7 +102,7 @@ def test_ctrl_c_after_the_warm_start_prints_the_resume_line_and_resume_skips_it(
         def pressed(*args, **kwargs):
             raise KeyboardInterrupt  # Ctrl-C in the evaluation after the warm start: no stage is running
 
-        patch.setattr(demo_cli, "evaluate", pressed)
+        patch.setattr(demo_run, "evaluate", pressed)
         assert demo_cli.main(argv) == 130
     err = capsys.readouterr().err
     assert "no training stage was running" in err and "Traceback" not in err
@@ -108,7 +110,7 @@ def test_ctrl_c_after_the_warm_start_prints_the_resume_line_and_resume_skips_it(
     assert (tmp_path / "sft" / "final" / "model.safetensors").is_file()
 
     with monkeypatch.context() as patch:
-        patch.setattr(demo_cli, "warm_start", lambda *args, **kwargs: pytest.fail("the warm start ran again"))
+        patch.setattr(demo_sft, "warm_start", lambda *args, **kwargs: pytest.fail("the warm start ran again"))
         assert demo_cli.main([*argv, "--resume"]) == 0
     assert "warm start: 2 steps, finished before" in capsys.readouterr().out
     assert json.loads((tmp_path / "demo_results.json").read_text())["sft_steps"] == 2

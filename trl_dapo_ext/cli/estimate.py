@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from trl_dapo_ext.preflight.memory import GIB, GPUS, PUBLISHED, ModelShape, Recipe, estimate
+from trl_dapo_ext.preflight.memory import GIB, GPUS, PUBLISHED, Estimate, ModelShape, Recipe, estimate
 
 
 class EstimateError(ValueError):
@@ -177,6 +177,7 @@ def main(argv: list[str] | None = None, prog: str = "trl-dapo estimate") -> int:
 
 
 def run(options) -> str:
+    """The estimate of the recipe ``options.config`` as printed; also written as JSON with ``--json``."""
     values = read_recipe(options.config)
     shape = load_shape(options.model, values)
     profile = read_profile(options.profile) if options.profile else None
@@ -198,10 +199,18 @@ def run(options) -> str:
         )
     except (ValueError, TypeError) as error:
         raise EstimateError(f"{options.config}: {error}") from None
+    lines = report_lines(shape, recipe, result, options.config, prompt_length)
+    if options.json:
+        write_json(options.json, shape, result)
+    return "\n".join(lines)
+
+
+def report_lines(shape: ModelShape, recipe: Recipe, result: Estimate, config: str, prompt_length: int) -> list[str]:
+    """What estimate prints: the model and recipe, the memory per process, the verdict per GPU, tokens per step."""
     lines = [
         f"model {shape.name}: {parameter_count(shape.parameters())} parameters, {shape.layers} layers, "
         f"{shape.kv_heads} KV heads x {shape.head_dim}; KV cache {result.kv_per_position / 2**10:.1f} KiB per position",
-        f"recipe {options.config}: {recipe.step_completions} completions per process per step "
+        f"recipe {config}: {recipe.step_completions} completions per process per step "
         f"(G = {recipe.num_generations}), generation batch {recipe.generation_batch}, "
         f"{prompt_length} + {recipe.max_completion_length} tokens",
         "",
@@ -221,22 +230,25 @@ def run(options) -> str:
     ]
     lines += [f"note: {note}" for note in result.notes]
     lines.append("Estimates from shapes, not measurements: confirm with a 20-step run (train_summary.json).")
-    if options.json:
-        payload = dict(
-            model=shape.name,
-            parameters=shape.parameters(),
-            kv_bytes_per_position=result.kv_per_position,
-            parts_gib=result.parts,
-            trainer_gib=result.trainer_gib,
-            verdicts=result.verdicts,
-            gpus_mib={gpu: mib for gpu, (mib, _) in GPUS.items()},
-            tokens_per_step=result.tokens_per_step,
-            completions_per_step=result.attempted_completions_per_step,
-            notes=result.notes,
-            gib=GIB,
-        )
-        Path(options.json).write_text(json.dumps(payload, indent=2))
-    return "\n".join(lines)
+    return lines
+
+
+def write_json(path: str, shape: ModelShape, result: Estimate) -> None:
+    """The estimate as JSON (``--json``): the parts in GiB, verdicts, the GPUs' memory, tokens per step, notes."""
+    payload = dict(
+        model=shape.name,
+        parameters=shape.parameters(),
+        kv_bytes_per_position=result.kv_per_position,
+        parts_gib=result.parts,
+        trainer_gib=result.trainer_gib,
+        verdicts=result.verdicts,
+        gpus_mib={gpu: mib for gpu, (mib, _) in GPUS.items()},
+        tokens_per_step=result.tokens_per_step,
+        completions_per_step=result.attempted_completions_per_step,
+        notes=result.notes,
+        gib=GIB,
+    )
+    Path(path).write_text(json.dumps(payload, indent=2))
 
 
 if __name__ == "__main__":

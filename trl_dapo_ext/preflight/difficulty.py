@@ -8,7 +8,7 @@ without bias (``C(c, G) / C(K, G)`` is the chance that G of the K samples drawn 
 with ``K = G`` it is 1 exactly when the sampled group itself was zero-variance, which is what TRL's
 ``frac_reward_zero_std`` counts. For graded rewards the share is measured: the K samples are cut into groups of G.
 
-Pure Python (the planner uses numpy); the generation and scoring glue is ``trl_dapo_ext/cli/profile.py``.
+Pure Python (the planner uses numpy); the generation and scoring glue is ``trl_dapo_ext/cli/profile/``.
 
 Example:
     >>> stats = [prompt_stats(i, rewards, [5] * 4, [False] * 4, group_size=4) for i, rewards in
