@@ -4,8 +4,8 @@ from the cores other processes leave free.
 Why: torch runs its CPU kernels on an OpenMP runtime (GNU libgomp in the PyPI wheels, Intel's or LLVM's
 libomp in some other builds). By default a worker that finishes its share of a parallel region spins on its core
 for a while before it sleeps (libgomp: 300,000 spins). When another process holds one of the cores, the spinning
-workers and that process take turns on it, and every region waits for its slowest worker: on a 2-core machine beside
-one busy process, ``trl-dapo demo --quick --steps 40`` took 250 s on two threads and 32 s on one. With
+workers and that process take turns on it, and every region waits for its slowest worker (measured times, and the
+benchmark that measures them: docs/troubleshooting.md, "Slow on a busy machine"). With
 ``OMP_WAIT_POLICY=PASSIVE`` the workers sleep at once (libgomp's spin count becomes 0, libomp's block time 0); the
 policy changes how threads wait, never how work is split, so results are bit-identical.
 

@@ -39,14 +39,14 @@ class DemoSettings:
     eval_samples: int = 8  # sampled completions per held-out problem (pass@k's k)
     # torch threads, or "auto": the cores other processes leave free, at most AUTO_THREADS_AT_MOST (see
     # trl_dapo_ext/cpu_threads.py). Results are deterministic for a seed, a kernel path and a thread count, so the
-    # count auto picks is printed and recorded in demo_results.json. Two make a step about 1.45x faster than one on a
-    # quiet 2-core machine; a thread on a core another process holds makes every parallel region wait for it.
+    # count auto picks is printed and recorded in demo_results.json. Two make a step faster than one on a quiet
+    # 2-core machine; a thread on a core another process holds makes every parallel region wait for it.
     threads: int | str = "auto"
     compare: bool = False
 
 
-# --threads auto never picks more: the README's results and the 1.45x speed-up of two threads were measured on 2
-# cores, and more threads were never measured with this model (--threads N goes beyond).
+# --threads auto never picks more: the README's results were measured with at most 2 threads on 2 cores, and more
+# threads were never measured with this model (--threads N goes beyond).
 AUTO_THREADS_AT_MOST = 2
 
 
