@@ -34,21 +34,33 @@ def _results(output_dir) -> dict:
     return {key: summary[key] for key in ("settings", "sft_steps", "before", "results")}
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory):
-    output_dir = tmp_path_factory.mktemp("uninterrupted")
-    assert demo_cli.main([*DEMO_ARGS, "--output-dir", str(output_dir)]) == 0
+def _uninterrupted(output_dir, *extra: str):
+    assert demo_cli.main([*DEMO_ARGS, *extra, "--output-dir", str(output_dir)]) == 0
     warm, final = (load_file(output_dir / folder / "model.safetensors") for folder in ("sft/final", "final"))
     assert any(not torch.equal(warm[key], final[key]) for key in final)  # RL trained: equal weights say something
     return output_dir
 
 
-def _press_ctrl_c_in_step(cls, step: int):
-    """``cls.training_step`` replaced by one that presses Ctrl-C (a real SIGINT) during step ``step``."""
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    return _uninterrupted(tmp_path_factory.mktemp("uninterrupted"))
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_compare(tmp_path_factory):
+    """The demo with --compare: the DAPO stage, then plain GRPO from the same warm start (in rl-grpo/)."""
+    output_dir = _uninterrupted(tmp_path_factory.mktemp("uninterrupted_compare"), "--compare")
+    assert (output_dir / "rl-grpo").is_dir()
+    return output_dir
+
+
+def _press_ctrl_c_in_step(cls, step: int, stage: str):
+    """``cls.training_step`` replaced by one that presses Ctrl-C (a real SIGINT) during step ``step`` of the demo's
+    stage ``stage`` (the trainer whose output folder it is)."""
     inner = cls.training_step
 
     def training_step(self, *args, **kwargs):
-        if self.state.global_step == step - 1:
+        if self.state.global_step == step - 1 and os.path.basename(self.args.output_dir) == stage:
             os.kill(os.getpid(), signal.SIGINT)  # the step finishes, then the checkpoint is saved
         return inner(self, *args, **kwargs)
 
@@ -60,10 +72,42 @@ def _press_ctrl_c_in_step(cls, step: int):
 def test_interrupted_then_resumed_demo_matches_the_uninterrupted_one(
     cls, stage, step, uninterrupted, tmp_path, monkeypatch, capsys
 ):
+    _interrupt_resume_and_compare(cls, stage, step, [], uninterrupted, tmp_path, monkeypatch, capsys)
+
+
+@pytest.mark.trainer
+def test_a_compare_demo_interrupted_in_its_grpo_stage_resumes_to_the_uninterrupted_one(
+    uninterrupted_compare, tmp_path, monkeypatch, capsys
+):
+    """With --compare, the DAPO stage finished before the Ctrl-C: the resumed demo takes its results from the progress
+    file and resumes plain GRPO from its own checkpoint, and both stages match the uninterrupted comparison."""
+    resumed_from = []
+    train = DAPOTrainer.train
+
+    def recording_train(self, resume_from_checkpoint=None, *args, **kwargs):
+        resumed_from.append((os.path.basename(self.args.output_dir), resume_from_checkpoint))
+        return train(self, resume_from_checkpoint, *args, **kwargs)
+
+    monkeypatch.setattr(DAPOTrainer, "train", recording_train)
+    out = _interrupt_resume_and_compare(
+        DAPOTrainer, "rl-grpo", 3, ["--compare"], uninterrupted_compare, tmp_path, monkeypatch, capsys
+    )
+    assert "RL (dapo): finished before" in out  # not trained again
+    # Interrupted: DAPO, then GRPO until the Ctrl-C; resumed: GRPO only, from its own checkpoint (not from scratch).
+    checkpoint = str(tmp_path / "demo" / "rl-grpo" / "checkpoint-3")
+    assert resumed_from == [("rl-dapo", None), ("rl-grpo", None), ("rl-grpo", checkpoint)]
+    resumed, reference = (
+        load_file(d / "rl-grpo" / "checkpoint-5" / "model.safetensors")
+        for d in (tmp_path / "demo", uninterrupted_compare)
+    )
+    assert all(torch.equal(resumed[key], reference[key]) for key in reference)  # GRPO's own last weights
+
+
+def _interrupt_resume_and_compare(cls, stage, step, extra, uninterrupted, tmp_path, monkeypatch, capsys):
     output_dir = tmp_path / "demo"
-    argv = [*DEMO_ARGS, "--output-dir", str(output_dir)]
+    argv = [*DEMO_ARGS, *extra, "--output-dir", str(output_dir)]
     with monkeypatch.context() as patch:
-        patch.setattr(cls, "training_step", _press_ctrl_c_in_step(cls, step))
+        patch.setattr(cls, "training_step", _press_ctrl_c_in_step(cls, step, stage))
         assert demo_cli.main(argv) == 130
     err = capsys.readouterr().err
     assert "Traceback" not in err and f"saved a full checkpoint in {output_dir / stage / f'checkpoint-{step}'}" in err
@@ -79,6 +123,7 @@ def test_interrupted_then_resumed_demo_matches_the_uninterrupted_one(
     resumed, reference = (load_file(d / "final" / "model.safetensors") for d in (output_dir, uninterrupted))
     assert resumed.keys() == reference.keys()
     assert all(torch.equal(resumed[key], reference[key]) for key in reference)
+    return out
 
 
 def test_resume_without_an_interrupted_demo_is_one_line(tmp_path, capsys):
