@@ -5,7 +5,6 @@ gathers their inputs across processes and logs them into TRL's metric buffers.
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -32,7 +31,7 @@ class Diagnostics:
     def __init__(self, trainer: Any):
         self.trainer = trainer
         self.step_timer = StepTimer(SECTIONS)
-        trainer.add_callback(DiagnosticsCallback(trainer))
+        trainer.add_callback(DiagnosticsCallback(trainer, self.step_timer))
 
     def timed(self, section: str):
         """A section of the step timer (one of :data:`SECTIONS`); nested sections are charged to themselves."""
@@ -93,23 +92,19 @@ class Diagnostics:
             trainer._metrics["train"][key].append(value)
 
 
-def timed(diagnostics: Diagnostics | None, section: str):
-    """``diagnostics.timed(section)``, or a no-op without diagnostics."""
-    return diagnostics.timed(section) if diagnostics is not None else nullcontext()
-
-
 class DiagnosticsCallback(TrainerCallback):
     """time/ split per optimizer step: the optimizer step counts as update; the rest outside sections is other."""
 
-    def __init__(self, trainer: Any):
+    def __init__(self, trainer: Any, step_timer: StepTimer):
         self.trainer = trainer
+        self.step_timer = step_timer
         self._optimizer_section = None
 
     def on_step_begin(self, args, state, control, **kwargs):
-        self.trainer.diagnostics.step_timer.reset()
+        self.step_timer.reset()
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
-        self._optimizer_section = self.trainer.diagnostics.step_timer.section("update")
+        self._optimizer_section = self.step_timer.section("update")
         self._optimizer_section.__enter__()
 
     def on_optimizer_step(self, args, state, control, **kwargs):
@@ -119,7 +114,7 @@ class DiagnosticsCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         metrics = self.trainer._metrics["train"]
-        for key, value in self.trainer.diagnostics.step_timer.metrics().items():
+        for key, value in self.step_timer.metrics().items():
             metrics[key].append(value)
         # The peak counter is never reset here: it is the process's (and train_summary.json reads it at the end),
         # so the logged peak is the run's so far; the memory still held at the step's end shows a leak per step.

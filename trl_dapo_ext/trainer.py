@@ -9,6 +9,7 @@ which calls ``super()`` (no TRL code is copied). Every private TRL name it relie
 from __future__ import annotations
 
 import inspect
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -25,7 +26,7 @@ from .core.metrics import (
     truncated_completions,
 )
 from .core.overlong import OverlongPenalty, penalty_only_where_scored
-from .diagnostics import Diagnostics, timed
+from .diagnostics import Diagnostics
 from .dynamic_sampling.assembly import LOSS_SCALE_KEY, ScoredRound
 from .dynamic_sampling.rounds import BatchCollector, build_dynamic_sampler, with_prompt_index
 from .dynamic_sampling.sampler import DynamicSampler
@@ -218,7 +219,7 @@ class DAPOTrainer(GRPOTrainer):
     # ------------------------------------------------------------------------------------------------------------
 
     def _timed(self, section: str):
-        return timed(self.diagnostics, section)
+        return self.diagnostics.timed(section) if self.diagnostics is not None else nullcontext()
 
     def _generate(self, prompts: list):
         with self._timed("generation"):

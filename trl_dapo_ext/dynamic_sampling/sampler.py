@@ -137,11 +137,7 @@ class DynamicSampler:
             self._seed_history(args.dynamic_sampling_history_from, dataset_size)
         self.reward_range = [math.inf, -math.inf]  # filter-reward extremes seen so far (all_max / all_min split)
         self.warned_fill = False  # the fill warning is given once per run
-        # Of the current step (reset by begin_step): the global step that keys the skip coins, the refill prompts
-        # skipping passed over, and the rounds' generation and scoring time (slowest process).
-        self.step = 0
-        self.skip_counts = SkipCounts()
-        self.generation_seconds = 0.0
+        self.begin_step(step=0)  # sets what lives for one step: step, skip_counts, generation_seconds
 
     def _seed_history(self, path: str, dataset_size: int) -> None:
         """Record a `trl-dapo profile` table in the prompt history (every process reads the same file)."""
@@ -179,8 +175,8 @@ class DynamicSampler:
     def begin_step(self, step: int) -> None:
         """Start the rounds of training step ``step`` (the global step before it: it keys the skip coins)."""
         self.step = step
-        self.skip_counts = SkipCounts()
-        self.generation_seconds = 0.0
+        self.skip_counts = SkipCounts()  # refill prompts skipping passed over in this step
+        self.generation_seconds = 0.0  # the step's generation and scoring time (slowest process)
 
     def draw(self, groups_per_process: int, round_index: int) -> list[int]:
         """Dataset indices of this process's ``groups_per_process`` refill prompts of round ``round_index``.
