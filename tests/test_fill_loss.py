@@ -12,7 +12,8 @@ from test_dynamic_sampling import G, build, kinds_dataset, prompt_kinds
 from trl import GRPOTrainer
 
 from trl_dapo_ext import compat
-from trl_dapo_ext.dynamic_sampling.assembly import LOSS_SCALE_KEY
+from trl_dapo_ext.dynamic_sampling.assembly import COMPLETION_KEYS, LOSS_SCALE_KEY, concat_rows, select_rows
+from trl_dapo_ext.dynamic_sampling.rounds import PROMPT_INDEX_COLUMN
 
 pytestmark = pytest.mark.trainer
 
@@ -164,3 +165,91 @@ def test_bnpo_still_counts_a_micro_batch_of_only_masked_rows(make_model, tokeniz
     trainer.current_gradient_accumulation_steps = 1
     alone = gradients(trainer.model, GRPOTrainer.compute_loss(trainer, trainer.model, without_rows(batch, filled)))
     assert_same_gradients(summed, {name: grad / 2 for name, grad in alone.items()})
+
+
+# --- rows of a narrower round, re-padded, with vLLM's importance-sampling ratio ----------------------------------
+
+IS_CLIP = 3.0  # vllm_importance_sampling_clip_max in these tests: some ratios above it, so both modes act
+
+
+def with_vllm_ratio(batch: dict, mode: str) -> dict:
+    """The keys vLLM colocate adds to TRL's batch, computed as TRL 1.16's `_generate_and_score_completions` does:
+    ``sampling_per_token_logps`` (padded with 0.0) and ``importance_sampling_ratio`` = exp((old - sampling) * mask),
+    summed over the row in the sequence modes, then truncated or masked at the clip."""
+    mask = batch["completion_mask"]
+    generator = torch.Generator().manual_seed(1)
+    sampling = (batch["old_per_token_logps"] + 0.8 * torch.randn(mask.shape, generator=generator)) * mask
+    difference = (batch["old_per_token_logps"] - sampling) * mask
+    if mode.startswith("sequence"):
+        difference = difference.sum(-1, keepdim=True)
+    ratio = torch.exp(difference)
+    ratio = ratio.clamp(max=IS_CLIP) if mode.endswith("truncate") else ratio.masked_fill(ratio > IS_CLIP, 0.0)
+    return {**batch, "sampling_per_token_logps": sampling, "importance_sampling_ratio": ratio}
+
+
+def reads_the_vllm_ratio(trainer, mode: str) -> None:
+    """Make TRL's loss read the ratio as it does after vLLM generation (only `_compute_loss` reads these)."""
+    trainer.use_vllm = True
+    trainer.vllm_importance_sampling_correction = True
+    trainer.vllm_importance_sampling_mode = mode
+
+
+@pytest.mark.parametrize(
+    "loss_type, mode",
+    [(name, "token_truncate") for name in LOSS_TYPES]
+    + [("vespo", "token_mask"), ("grpo", "sequence_mask"), ("dapo", "sequence_truncate")],
+)
+def test_rows_of_a_narrower_round_train_as_in_trls_own_batch(make_model, tokenizer, tmp_path, loss_type, mode):
+    """Rows kept from a round with shorter completions are re-padded to the batch's width: every key at the padding
+    must hold what TRL itself puts there, so that the loss, gradient and VESPO weights are TRL's for the same rows.
+    (With 0.0 as the ratio's padding, VESPO summed log(1e-8) per padded column and those rows lost their gradient.)"""
+    trainer, _, _ = build(
+        make_model,
+        tokenizer,
+        tmp_path,
+        kinds_dataset(["varying"], repeat=12),
+        loss_type=loss_type,
+        num_iterations=2,  # TRL keeps old_per_token_logps, as it always does with vLLM
+        **LOSS_TYPES[loss_type],
+    )
+    trainer.model.train()
+    rows = [dict(trainer.train_dataset[i]) for i in (0, 1) for _ in range(G)]
+    for row in rows:
+        row.pop(PROMPT_INDEX_COLUMN)
+    batch = GRPOTrainer._generate_and_score_completions(trainer, rows)  # TRL's own batch of 2 groups
+    # Make the first group's completions end early (as if it were a round of short completions): TRL's batch for
+    # these rows holds padding from that column on.
+    width = batch["completion_ids"].shape[1]
+    short = width - 3
+    batch["completion_mask"][:G, short:] = 0
+    batch["completion_ids"][:G, short:] = tokenizer.pad_token_id
+    reference = with_vllm_ratio(batch, mode)  # TRL's batch with these rows: ratio 1 at every padded position
+
+    narrow_round = select_rows(reference, torch.arange(G))
+    for key in COMPLETION_KEYS:
+        if key in narrow_round and narrow_round[key].shape[1] == width:
+            narrow_round[key] = narrow_round[key][:, :short]  # the narrower round's own width
+    wide_round = select_rows(reference, torch.arange(G, 2 * G))
+    merged = concat_rows([narrow_round, wide_round], pad_token_id=tokenizer.pad_token_id)
+    assert merged["completion_ids"].shape[1] == width
+    padding = reference["completion_mask"] == 0
+    for key in set(merged) & set(COMPLETION_KEYS) - {"old_per_token_logps", "ref_per_token_logps"}:
+        # (the log-probabilities at padding are model values that no use of them reads: every use is masked)
+        if merged[key].shape[1] == width:  # the sequence modes' ratio is one column: nothing to pad
+            assert torch.equal(merged[key][padding], reference[key][padding]), key
+    merged = {**merged, "num_items_in_batch": reference["num_items_in_batch"]}
+
+    move_off_policy(trainer)
+    reads_the_vllm_ratio(trainer, mode)
+    ours = gradients(trainer.model, trainer.compute_loss(trainer.model, merged))
+    trl_own = gradients(trainer.model, GRPOTrainer.compute_loss(trainer, trainer.model, reference))
+    assert_same_gradients(ours, trl_own)
+    if loss_type == "vespo":  # the weights themselves: the narrow rows keep TRL's, not ~0
+        mask = merged["completion_mask"].float()
+        phi = GRPOTrainer.get_gamma_weights(
+            merged["advantages"].unsqueeze(1), torch.zeros_like(mask), mask, merged["importance_sampling_ratio"]
+        )
+        phi_trl = GRPOTrainer.get_gamma_weights(
+            reference["advantages"].unsqueeze(1), torch.zeros_like(mask), mask, reference["importance_sampling_ratio"]
+        )
+        torch.testing.assert_close(phi, phi_trl)

@@ -165,6 +165,9 @@ def round_output(rows, prompt_width, completion_width, start):
         "completion_ids": ids.repeat(1, completion_width),
         "completion_mask": torch.ones(rows, completion_width, dtype=torch.long),
         "old_per_token_logps": torch.full((rows, completion_width), -1.0),
+        "ref_per_token_logps": torch.full((rows, completion_width), -2.0),
+        "sampling_per_token_logps": torch.full((rows, completion_width), -1.5),
+        "importance_sampling_ratio": torch.full((rows, completion_width), 0.5),
         "advantages": torch.arange(start, start + rows, dtype=torch.float32),
         "num_items_in_batch": torch.tensor(rows * completion_width),
     }
@@ -181,6 +184,16 @@ def test_rows_from_rounds_of_different_widths_are_repadded():
     assert merged["completion_ids"][2].tolist() == [10, 10, -7, -7, -7]  # completions: right padding
     assert merged["completion_mask"][2].tolist() == [1, 1, 0, 0, 0]
     assert merged["old_per_token_logps"][2].tolist() == [-1.0, -1.0, 0.0, 0.0, 0.0]
+    assert merged["ref_per_token_logps"][2].tolist() == [-2.0, -2.0, 0.0, 0.0, 0.0]
+    assert merged["sampling_per_token_logps"][2].tolist() == [-1.5, -1.5, 0.0, 0.0, 0.0]  # TRL pads vLLM's with 0
+    # TRL's ratio exp((old - sampling) * mask) is 1 at padding; VESPO sums its log over every position
+    assert merged["importance_sampling_ratio"][2].tolist() == [0.5, 0.5, 1.0, 1.0, 1.0]
+    # every key of the round is re-padded (none left at its round's width)
+    assert {key for key, value in merged.items() if value.dim() == 2 and value.shape[1] == 5} == set(first) - {
+        "prompt_ids",
+        "prompt_mask",
+        "advantages",
+    }
     assert merged["advantages"].tolist() == [2.0, 3.0, 10.0]
 
 

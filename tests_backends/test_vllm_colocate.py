@@ -70,3 +70,43 @@ def test_lora_adapter_through_vllm_colocate(model_dir, tmp_path):
     # TRL merged the adapter for every sync and unmerged it again: the frozen base weights are back as they were.
     assert max((after[n] - before[n]).abs().max().item() for n in base) < 1e-5
     _assert_in_sync(log)
+
+
+def test_vespo_rows_of_narrower_rounds_keep_their_importance_ratio(model_dir, tmp_path):
+    """With vLLM, TRL's batch carries the importance-sampling ratio exp((old - sampling) * mask): 1 at padding.
+    Rows kept from a round of shorter completions are re-padded to the batch's width, and VESPO sums log(ratio) over
+    every position, so the re-padded columns must hold 1 as well (0.0 there zeroed those rows' VESPO weight)."""
+    args = DAPOConfig(
+        **colocate_kwargs(tmp_path, max_completion_length=24),  # long enough that rounds end at different widths
+        dynamic_sampling=True,
+        dynamic_sampling_oversample=1.0,
+        loss_type="vespo",
+    )
+    trainer = DAPOTrainer(model_dir, reward_funcs=[kind_reward], args=args, train_dataset=kind_dataset())
+    round_widths: list[list[int]] = []
+    batches: list[dict] = []
+    scored_round, collect = trainer._scored_round, trainer._generate_and_score_completions
+
+    def recorded_round(rows, need_rewards=True):
+        output, scored = scored_round(rows, need_rewards)
+        round_widths[-1].append(output["completion_ids"].shape[1])
+        return output, scored
+
+    def recorded_step(inputs):
+        round_widths.append([])
+        batch = collect(inputs)
+        batches.append({key: value.clone() for key, value in batch.items() if torch.is_tensor(value)})
+        return batch
+
+    trainer._scored_round, trainer._generate_and_score_completions = recorded_round, recorded_step
+    trainer.train()
+    repadded = [min(widths) < batch["completion_ids"].shape[1] for widths, batch in zip(round_widths, batches)]
+    assert any(repadded), f"no step kept rows of a narrower round: widths per round {round_widths}"
+    for batch in batches:
+        padding = batch["completion_mask"] == 0
+        assert torch.all(batch["importance_sampling_ratio"][padding] == 1.0)
+        mask = batch["completion_mask"].float()
+        phi = GRPOTrainer.get_gamma_weights(
+            batch["advantages"].unsqueeze(1), torch.zeros_like(mask), mask, batch["importance_sampling_ratio"]
+        )
+        assert phi.min() > 1e-3, f"a row lost its VESPO weight: {phi.flatten().tolist()}"

@@ -25,15 +25,18 @@ from ..core.advantages import combine_rewards, nan_std
 from ..core.groups import fill_priority, group_reward_spread
 from ..core.loss import masked_rows_loss_scale
 
-# key -> (side, pad value); None = the tokenizer's pad token id.
+# key -> pad value, the value TRL 1.16's own batch holds at a padded position; None = the tokenizer's pad token id.
 PROMPT_KEYS: dict[str, int | None] = {"prompt_ids": None, "prompt_mask": 0}
 COMPLETION_KEYS: dict[str, float | int | None] = {
     "completion_ids": None,
     "completion_mask": 0,
+    # Model log-probabilities at padding: TRL holds whatever the forward pass gave there, and every use masks them.
     "old_per_token_logps": 0.0,
     "ref_per_token_logps": 0.0,
-    "sampling_per_token_logps": 0.0,
-    "importance_sampling_ratio": 0.0,
+    "sampling_per_token_logps": 0.0,  # TRL pads vLLM's log-probabilities with 0.0
+    # exp((old - sampling) * mask) = 1 at padding. Not masked by every reader: VESPO's gamma weights sum
+    # log(ratio) over all positions, so any other value (0.0 becomes log(1e-8) per column) changes the row's weight.
+    "importance_sampling_ratio": 1.0,
     "tool_mask": 1,  # TRL pads tool_mask with 1: padding is excluded by completion_mask
 }
 ROW_KEYS = ("advantages",)
