@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections import defaultdict
 from statistics import mean, stdev
 
 import pytest
@@ -210,6 +211,47 @@ def test_resume_continues_the_refill_stream(make_model, tokenizer, tmp_path):
     after_checkpoint = [t for t in taken_full if t[1] >= saved["taken"]]
     assert taken_resumed[0][1] == saved["taken"]
     assert taken_resumed == after_checkpoint
+
+
+@pytest.mark.parametrize("skip_window", [0, 2])
+def test_unshuffled_refills_continue_the_dataset_order_without_repeating_a_prompt(
+    make_model, tokenizer, tmp_path, skip_window
+):
+    """shuffle_dataset=False (a curriculum): each step's refills are the prompts right after the dataloader's batch,
+    in dataset order, and no prompt is generated twice in one step (once its own prompts, then as a refill)."""
+    dataset = kinds_dataset(["right", "varying", "wrong"], repeat=8)  # 24 prompts; 2 of 3 kinds zero-variance
+    trainer, _, _ = build(
+        make_model,
+        tokenizer,
+        tmp_path,
+        dataset,
+        shuffle_dataset=False,
+        max_steps=4,
+        dynamic_sampling_oversample=2.0,
+        dynamic_sampling_on_exhausted="fill",
+        dynamic_sampling_skip_window=skip_window,
+        dynamic_sampling_skip_floor=0.0,
+    )
+    per_step: dict[int, list[int]] = defaultdict(list)  # dataset indices of every group generated, per step
+    scored_round = trainer._scored_round
+
+    def recorded(rows, need_rewards=True):
+        prompts = [row["prompt"] for row in rows][::G]
+        per_step[trainer.state.global_step].extend(dataset["prompt"].index(prompt) for prompt in prompts)
+        return scored_round(rows, need_rewards)
+
+    trainer._scored_round = recorded
+    trainer.train()
+    groups = trainer.args.per_device_train_batch_size // G
+    for step, indices in per_step.items():
+        own, refills = indices[:groups], indices[groups:]
+        assert own == list(range(step * groups, (step + 1) * groups))  # TRL's unshuffled dataloader
+        assert len(set(indices)) == len(indices), f"step {step} generated a prompt twice: {indices}"
+        if skip_window == 0:  # consecutive after the batch's last prompt (skipping passes some over)
+            assert refills == [(own[-1] + 1 + k) % len(dataset) for k in range(len(refills))], (step, indices)
+        else:
+            assert refills == sorted(refills, key=lambda index: (index - own[-1] - 1) % len(dataset)), (step, indices)
+    assert sum(len(indices) > groups for indices in per_step.values()) >= 2  # refill rounds took place
 
 
 def record_takes(trainer) -> list[tuple[int, int, list[int]]]:

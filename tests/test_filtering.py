@@ -3,6 +3,7 @@ row selection across rounds, and the recomputed GDPO advantages."""
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -129,8 +130,32 @@ def test_the_refill_stream_does_not_replay_the_dataloader_order(seed):
     assert shared_prefix < 5
 
 
-def test_unshuffled_stream_is_sequential():
-    assert RefillSampler(4, seed=0, shuffle=False).take(6) == [0, 1, 2, 3, 0, 1]
+def test_unshuffled_stream_follows_the_dataloader_and_skips_the_steps_prompts():
+    stream = RefillSampler(8, seed=0, shuffle=False)
+    stream.begin_step([2, 3])  # the dataloader's batch: refills continue after it
+    assert stream.take(3) + stream.take(2) == [4, 5, 6, 7, 0]
+    stream.begin_step([6, 7])  # the next batch wraps to the dataset's start, never to its own prompts
+    assert stream.peek(7) == [0, 1, 2, 3, 4, 5, 6]  # every prompt used: the step starts over (6 is not its own now)
+    assert copy.copy(stream).take(3) == [0, 1, 2] and stream.take(3) == [0, 1, 2]  # a preview leaves it as it was
+    stream.begin_step([-1, -1])  # rows without a dataset index: the stream continues where it was
+    assert stream.take(2) == [3, 4]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(2, 30), st.data())
+def test_unshuffled_refills_are_the_next_unused_prompts_in_dataset_order(size, data):
+    """Within a step that needs no more prompts than the dataset holds: no repeat, and each refill is the next
+    prompt after the batch's in dataset order (brute force: walk the order and drop the used ones)."""
+    batch = data.draw(st.integers(1, size))
+    start = data.draw(st.integers(0, size - batch))  # TRL's unshuffled batches never wrap
+    own = list(range(start, start + batch))
+    counts = data.draw(st.lists(st.integers(0, size), max_size=4).filter(lambda c: sum(c) <= size - batch))
+    stream = RefillSampler(size, seed=3, shuffle=False)
+    stream.take(data.draw(st.integers(0, size)))  # wherever earlier steps left it
+    stream.begin_step(own)
+    drawn = [index for count in counts for index in stream.take(count)]
+    walk = [(own[-1] + 1 + k) % size for k in range(size)]
+    assert drawn == [index for index in walk if index not in own][: len(drawn)]
 
 
 @settings(max_examples=100, deadline=None)

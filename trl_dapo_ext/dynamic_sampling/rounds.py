@@ -135,8 +135,9 @@ class BatchCollector:
         self.target = len(inputs) // G  # groups this process must deliver
         # The batch's own prompts: their dataset indices (taken out of the rows) say what they were last time.
         self.own_indices = [int(row.pop(PROMPT_INDEX_COLUMN, -1)) for row in inputs][::G]
-        self.sampler.begin_step(trainer.state.global_step)
-        self.first_refill = self.sampler.first_refill(self.target, self._gathered(self.own_indices))
+        own_global = self._gathered(self.own_indices)  # every process's, in process order
+        self.sampler.begin_step(trainer.state.global_step, own_global)
+        self.first_refill = self.sampler.first_refill(self.target, own_global)
         # Lengths of the logged metric lists before the step (TRL's batch metrics of the rounds are replaced).
         self.metric_marks = {key: len(values) for key, values in trainer._metrics["train"].items()}
         self.original_logs = trainer._logs  # TRL's completions-table buffers, restored after the rounds

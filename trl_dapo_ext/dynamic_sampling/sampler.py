@@ -22,7 +22,7 @@ Example:
     ...                   report_to="none")
     >>> sampler = DynamicSampler(args, dataset_size=10, num_generations=2, filter_indices=[0],
     ...                          reward_weights=torch.ones(1))
-    >>> sampler.begin_step(step=0)
+    >>> sampler.begin_step(step=0, own_indices=[0, 1])
     >>> sampler.first_refill(target=2, own_indices=[0, 1])  # fixed factor 2.0: 2 more groups in round 1
     2
     >>> len(sampler.draw(2, round_index=1))
@@ -172,9 +172,11 @@ class DynamicSampler:
 
     # ------------------------------------------------------------------------------------------ refill prompts
 
-    def begin_step(self, step: int) -> None:
-        """Start the rounds of training step ``step`` (the global step before it: it keys the skip coins)."""
+    def begin_step(self, step: int, own_indices: list[int] = ()) -> None:
+        """Start the rounds of training step ``step`` (the global step before it: it keys the skip coins), whose
+        batch holds the prompts ``own_indices`` (every process's dataset indices; unshuffled, refills follow them)."""
         self.step = step
+        self.stream.begin_step(list(own_indices))
         self.skip_counts = SkipCounts()  # refill prompts skipping passed over in this step
         self.generation_seconds = 0.0  # the step's generation and scoring time (slowest process)
 

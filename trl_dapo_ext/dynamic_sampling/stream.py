@@ -18,6 +18,10 @@ import torch
 class RefillSampler:
     """Endless shuffled passes over ``range(dataset_size)``; a new permutation each pass, seeded by (seed, pass).
 
+    With ``shuffle=False`` (a curriculum), the stream follows the dataset order instead: :meth:`begin_step` moves it
+    to the prompt right after the step's own batch (the dataloader's position), and within a step it never hands out
+    the batch's own prompts or a prompt it already handed out, until the step has used every prompt of the dataset.
+
     Example:
         >>> sampler = RefillSampler(dataset_size=5, seed=0)
         >>> first = sampler.take(3) + sampler.take(2)
@@ -38,6 +42,7 @@ class RefillSampler:
         self.epoch = 0
         self.position = 0  # next index inside the current pass
         self.taken = 0  # indices handed out so far, over all passes
+        self.step_used: frozenset[int] = frozenset()  # unshuffled: this step's prompts so far (own and refills)
         self._order = self._permutation(self.epoch)
 
     def _permutation(self, epoch: int) -> list[int]:
@@ -50,8 +55,32 @@ class RefillSampler:
         generator = torch.Generator().manual_seed(int.from_bytes(digest, "little") >> 1)
         return torch.randperm(self.dataset_size, generator=generator).tolist()
 
+    def begin_step(self, own_indices: list[int]) -> None:
+        """Start a step whose batch holds the dataset indices ``own_indices`` (every process's; ``-1``: unknown).
+
+        Unshuffled only (a shuffled stream is independent of the dataloader): refills continue the dataset order
+        after the batch's last prompt, and skip the batch's own prompts.
+
+        Example:
+            >>> stream = RefillSampler(dataset_size=6, seed=0, shuffle=False)
+            >>> stream.begin_step([2, 3]); stream.take(3)
+            [4, 5, 0]
+            >>> stream.begin_step([4, 5]); stream.take(5)  # 4 and 5 are the batch's own: not handed out again
+            [0, 1, 2, 3, 4]
+        """
+        if self.shuffle:
+            return
+        known = [index for index in own_indices if 0 <= index < self.dataset_size]
+        self.step_used = frozenset(known)
+        if known:
+            self.position = known[-1] + 1  # the dataloader hands out the dataset in order: its next prompt
+        if self.position == self.dataset_size:
+            self.epoch, self.position = self.epoch + 1, 0
+
     def take(self, count: int) -> list[int]:
         """The next ``count`` dataset indices (global: the same list on every process)."""
+        if not self.shuffle:
+            return self._take_in_order(count)
         indices: list[int] = []
         while len(indices) < count:
             if self.position == self.dataset_size:
@@ -64,6 +93,25 @@ class RefillSampler:
         self.taken += count
         return indices
 
+    def _take_in_order(self, count: int) -> list[int]:
+        """Unshuffled: the next ``count`` indices in dataset order that this step has not used yet; once it has used
+        every one (a step that needs more prompts than the dataset holds), the step starts over."""
+        used, indices = set(self.step_used), []
+        while len(indices) < count:
+            if len(used) >= self.dataset_size:
+                used = set()
+            index = self.position
+            self.position += 1
+            if self.position == self.dataset_size:
+                self.epoch, self.position = self.epoch + 1, 0
+            if index not in used:
+                used.add(index)
+                indices.append(index)
+        # A new set, not an update: a preview (`peek`, or a shallow copy of the stream) must leave this one's intact.
+        self.step_used = frozenset(used)
+        self.taken += count
+        return indices
+
     def peek(self, count: int) -> list[int]:
         """The indices the next ``take(count)`` would return, without advancing the stream.
 
@@ -72,11 +120,11 @@ class RefillSampler:
             >>> sampler.peek(6) == sampler.take(6)
             True
         """
-        saved = (self.epoch, self.position, self.taken, self._order)
+        saved = (self.epoch, self.position, self.taken, self._order, self.step_used)
         try:
             return self.take(count)
         finally:
-            self.epoch, self.position, self.taken, self._order = saved
+            self.epoch, self.position, self.taken, self._order, self.step_used = saved
 
     def state_dict(self) -> dict[str, Any]:
         return {
