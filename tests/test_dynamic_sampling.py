@@ -440,9 +440,17 @@ def test_adaptive_planner_and_prompt_history(make_model, tokenizer, tmp_path):
     trainer, reward, recorder = build(
         make_model, tokenizer, tmp_path, dataset, save_strategy="steps", save_steps=6, **skipping
     )
+    planner = trainer.dynamic_sampling.planner
+    planned_with = []  # the pooled estimate as each step's first round is planned (earlier steps only)
+    first_round = planner.first_round
+    planner.first_round = lambda *a, **k: planned_with.append(planner.expected_retention()) or first_round(*a, **k)
     trainer.train()
     logs = ds_logs(trainer)
-    assert all(0.0 < h[N.DYNAMIC_SAMPLING_EXPECTED_RETENTION] < 1.0 for h in logs)
+    assert [h[N.DYNAMIC_SAMPLING_EXPECTED_RETENTION] for h in logs] == planned_with
+    assert planned_with[0] == 0.5 and len(set(planned_with)) > 2  # the prior, then what the steps taught it
+    for h in logs:  # the realised quantity it estimates: every informative group, kept or surplus
+        informative = h[N.DYNAMIC_SAMPLING_RETAINED_GROUPS] + h[N.DYNAMIC_SAMPLING_DISCARDED_SURPLUS_GROUPS]
+        assert h[N.DYNAMIC_SAMPLING_INFORMATIVE_RATE] == informative / h[N.DYNAMIC_SAMPLING_ATTEMPTED_GROUPS]
     assert sum(h[N.DYNAMIC_SAMPLING_SKIPPED_PROMPTS] for h in logs) > 0
     assert all(set(prompt_kinds(b, tokenizer)) == {"varying"} for b in recorder.batches)
     # Skipped prompts are never generated: the refill groups of later steps are mostly the varying prompts.

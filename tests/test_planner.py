@@ -65,6 +65,21 @@ def test_retention_estimate_forgets_old_steps():
     assert min(estimate.alpha_beta()) > 0  # the prior keeps the posterior proper
 
 
+def test_each_step_decays_the_evidence_once():
+    """The trainer closes a step with end_step() and the next first_round() calls it again: the second call must
+    not decay the estimates once more (decay 0.5 per step, three steps of 4 groups, 2 informative each)."""
+    planner = RefillPlanner(decay=0.5)
+    for _ in range(3):
+        planner.first_round(4)
+        planner.observe(attempted=4, informative=2)
+        planner.end_step()
+        planner.end_step()  # closing twice changes nothing
+    planner.first_round(4)
+    (estimate,) = planner.estimates.values()
+    # by hand: 2 + 0.5 * (2 + 0.5 * 2) = 3.5 informative, the same uninformative
+    assert (estimate.informative, estimate.uninformative) == (3.5, 3.5)
+
+
 # --- budget and caps ------------------------------------------------------------------------------------------------
 
 

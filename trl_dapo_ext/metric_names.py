@@ -264,6 +264,11 @@ SECTIONS: tuple[Section, ...] = (
             ),
             Metric("dynamic_sampling/retention_rate", "retained / attempted groups", "above 0.2"),
             Metric(
+                "dynamic_sampling/informative_rate",
+                "(retained + discarded surplus) / attempted groups: the share of generated groups whose reward varied",
+                "at or above `retention_rate`; the quantity `expected_retention` estimates",
+            ),
+            Metric(
                 "dynamic_sampling/generated_completions",
                 "completions generated in the step (attempted groups x G)",
                 "about G x groups / retention",
@@ -275,8 +280,9 @@ SECTIONS: tuple[Section, ...] = (
             ),
             Metric(
                 "dynamic_sampling/expected_retention",
-                "the planner's retention estimate before the step",
-                "close to `retention_rate`",
+                "the planner's pooled estimate of `informative_rate` that the step was planned with (from earlier "
+                "steps; the planner sizes rounds per prompt stratum, this is their pooled mean)",
+                "close to `informative_rate` over recent steps (prompt skipping and strata shift the step's mix)",
                 "planner",
             ),
             Metric(

@@ -89,8 +89,8 @@ class RefillPlanner:
         ...     refill = planner.first_round(target_groups=32)
         ...     planner.observe(attempted=32 + refill, informative=(32 + refill) // 2)
         ...     planner.end_step()
-        >>> planner.first_round(target_groups=32)  # 32 / 0.5 = 64 groups plus a 95% margin (82), less the batch's 32
-        50
+        >>> planner.first_round(target_groups=32)  # 32 / 0.5 = 64 groups plus a 95% margin (81), less the batch's 32
+        49
         >>> planner.next_round(missing_groups=3, rounds_left=5)  # after round 1 fell 3 groups short
         11
     """
@@ -156,6 +156,7 @@ class RefillPlanner:
         self.step_rounds = 0  # rounds planned this step
         self.step_expected_cost = math.nan  # completion-equivalents, as planned at round 1
         self.step_fill_chance = math.nan  # chance that round 1 fills the batch, as planned
+        self.step_expected_retention = math.nan  # pooled retention estimate the step was planned with
 
     def _pooled_mean(self) -> float:
         """Retention over all strata (decayed history plus this step): the prior of every stratum's estimate."""
@@ -288,6 +289,7 @@ class RefillPlanner:
         if len(own) != self.num_processes or any(len(groups) != target_groups for groups in own):
             raise ValueError(f"own must hold {self.num_processes} lists of {target_groups} strata (one per group)")
         self.end_step()
+        self.step_expected_retention = self._pooled_mean()  # from earlier steps only: nothing of this one is folded
         self.step_target = target_groups
         upper = self._round_cap() - target_groups
         if self.max_groups_per_step is not None:
@@ -377,11 +379,14 @@ class RefillPlanner:
 
     def end_step(self) -> None:
         """Fold this step's counts into the decayed history (idempotent; :meth:`first_round` calls it too)."""
+        if not self.step_rounds and not self.step_counts:
+            return  # no step open: folding would decay the evidence a second time for the same step
         if self.step_rounds:
             self.last_step = {
                 "expected_cost": self.step_expected_cost,
                 "realised_cost": self.step_cost(),
                 "fill_chance": self.step_fill_chance,
+                "expected_retention": self.step_expected_retention,
                 "latency": self.latency(),
             }
         # Known strata first, then this step's new ones in the order they were observed: the same order on every

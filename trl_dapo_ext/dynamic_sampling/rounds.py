@@ -341,6 +341,7 @@ class BatchCollector:
             N.DYNAMIC_SAMPLING_ZERO_VARIANCE_GROUPS: totals.zero_variance,
             N.DYNAMIC_SAMPLING_FILLED_GROUPS: filled_global,
             N.DYNAMIC_SAMPLING_RETENTION_RATE: retained / attempted if attempted else 0.0,
+            N.DYNAMIC_SAMPLING_INFORMATIVE_RATE: totals.informative / attempted if attempted else 0.0,
             N.DYNAMIC_SAMPLING_GENERATED_COMPLETIONS: attempted * self.num_generations,
             # The zero-variance split, every bucket: all_max + all_min + other = zero_variance_groups.
             N.DYNAMIC_SAMPLING_ALL_MAX_GROUPS: totals.all_max,

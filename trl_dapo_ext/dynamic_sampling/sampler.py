@@ -335,7 +335,8 @@ class DynamicSampler:
         metrics = {N.DYNAMIC_SAMPLING_GENERATION_SECONDS: self.generation_seconds}
         planner = self.planner
         if planner is not None:
-            metrics[N.DYNAMIC_SAMPLING_EXPECTED_RETENTION] = planner.expected_retention()
+            # The estimate the step was planned with (before its own outcomes were folded in).
+            metrics[N.DYNAMIC_SAMPLING_EXPECTED_RETENTION] = planner.last_step["expected_retention"]
             # Costs in completion-equivalents (a round costs round_latency + its completions): what the plan
             # expected at round 1, and what the rounds cost.
             metrics[N.DYNAMIC_SAMPLING_REALISED_COST] = planner.last_step["realised_cost"]
