@@ -32,6 +32,7 @@ from .dynamic_sampling.rounds import BatchCollector, build_dynamic_sampler, with
 from .dynamic_sampling.sampler import DynamicSampler
 from .dynamic_sampling.state import resume_dynamic_sampling, save_dynamic_sampling
 from .launch import check_launch
+from .positions import check_left_padding, parameters_are_partitioned
 from .reward_guard import guarded
 
 # DAPOTrainer.__init__ takes exactly these parameters (of the installed TRL release).
@@ -122,6 +123,11 @@ class DAPOTrainer(GRPOTrainer):
             self.overlong_column = len(self.reward_funcs) - 1
         # Dynamic sampling's state across steps (refill stream, planner, prompt history, reward range); None when off.
         self.dynamic_sampling: DynamicSampler | None = build_dynamic_sampler(self) if args.dynamic_sampling else None
+        # Re-padded rows must mean what they meant in their round (`positions`): probed as soon as the weights are in
+        # the module, at construction, or at the first step under DeepSpeed ZeRO-3 (its engine gathers them).
+        self._left_padding_unchecked = args.dynamic_sampling
+        if args.dynamic_sampling and not parameters_are_partitioned(self.model):
+            self._check_left_padding()
         self.diagnostics: Diagnostics | None = Diagnostics(self) if args.diagnostics else None
 
     __init__.__signature__ = _GRPO_INIT_SIGNATURE  # what help() and inspect show: TRL's parameters
@@ -171,6 +177,10 @@ class DAPOTrainer(GRPOTrainer):
         )
         return rewards_per_func
 
+    def _check_left_padding(self) -> None:
+        check_left_padding(self.model, self.args, self.beta, self._tokenizer.pad_token_id)
+        self._left_padding_unchecked = False
+
     def _where(self) -> str:
         """When a reward function runs, for its error message: the step being generated for, counted from 1."""
         if self.model.training:
@@ -195,6 +205,8 @@ class DAPOTrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, torch.Tensor | Any]:
         if self.dynamic_sampling is not None and self.model.training:
+            if self._left_padding_unchecked:
+                self._check_left_padding()
             return BatchCollector(self, inputs).collect()
         diagnose = self.args.diagnostics and self.model.training
         output, scored = self._scored_round(inputs, need_rewards=self.args.recomputes_advantages or diagnose)
