@@ -254,6 +254,26 @@ def test_unshuffled_refills_continue_the_dataset_order_without_repeating_a_promp
     assert sum(len(indices) > groups for indices in per_step.values()) >= 2  # refill rounds took place
 
 
+def test_num_tokens_counts_prompt_and_completion_tokens_of_every_round(make_model, tokenizer, tmp_path):
+    """docs/metrics.md: TRL's num_tokens is a running total of prompt and completion tokens of every generation
+    call, so with dynamic sampling it includes the rounds' discarded groups."""
+    dataset = kinds_dataset(["right", "wrong", "varying"], repeat=8)
+    trainer, _, _ = build(make_model, tokenizer, tmp_path, dataset, max_steps=3, dynamic_sampling_oversample=1.0)
+    tokens = []  # per round: prompt and completion tokens, every row
+    scored_round = trainer._scored_round
+
+    def recorded(rows, need_rewards=True):
+        output, scored = scored_round(rows, need_rewards)
+        tokens.append(int(output["prompt_mask"].sum() + output["completion_mask"].sum()))
+        return output, scored
+
+    trainer._scored_round = recorded
+    trainer.train()
+    logs = ds_logs(trainer)
+    assert sum(h[N.DYNAMIC_SAMPLING_ROUNDS] for h in logs) == len(tokens) > len(logs)  # some step refilled
+    assert logs[-1]["num_tokens"] == sum(tokens)
+
+
 def record_takes(trainer) -> list[tuple[int, int, list[int]]]:
     """(step, position before the take, indices) of every draw from the refill stream."""
     takes = []

@@ -375,6 +375,29 @@ TRL_METRICS: tuple[Metric, ...] = (
     Metric("grad_norm", "gradient norm before clipping", "finite, no spikes"),
     Metric("loss", "the policy loss of the step", "finite; its level says little (advantages are centred)"),
     Metric("step_time", "seconds per training step", "stable"),
+    Metric(
+        "num_tokens",
+        "running total of the prompt **and** completion tokens of every generation call, all processes (with "
+        "dynamic sampling: every round's, discarded groups included)",
+        "grows by about the step's generation cost",
+    ),
+    Metric(
+        "sampling/importance_sampling_ratio/mean",
+        "vLLM: mean ratio of the trainer's to vLLM's token probabilities (also `/min`, `/max`); with dynamic "
+        "sampling, over every round of the step, discarded groups included",
+        "close to 1",
+    ),
+    Metric(
+        "sampling/sampling_logp_difference/mean",
+        "vLLM: mean absolute difference of the trainer's and vLLM's token log-probabilities (also `/max`); with "
+        "dynamic sampling, over every round",
+        "about 1e-3 (weights in sync)",
+    ),
+    Metric(
+        "tools/call_frequency",
+        "tool calls per completion (also `tools/failure_frequency`); with dynamic sampling, over every round",
+        "task-dependent",
+    ),
 )
 
 OUR_PREFIXES: tuple[str, ...] = (
@@ -485,7 +508,10 @@ def render_markdown() -> str:
         "",
         "## TRL's own metrics that matter here",
         "",
-        "Logged by TRL itself; listed for their healthy range.",
+        "Logged by TRL itself; listed for their healthy range. With dynamic sampling, `reward`, `reward_std`, "
+        "`rewards/*`, `frac_reward_zero_std` and `completions/*` are recomputed on the update batch; the metrics "
+        "TRL logs once per generation call (`num_tokens`, `sampling/*`, `tools/*` and the values a reward function "
+        "logs with TRL's `log_metric`) cover every generation round of the step, discarded groups included.",
         "",
     ]
     lines += _table(TRL_METRICS, with_condition=False)
