@@ -253,3 +253,39 @@ def test_rows_of_a_narrower_round_train_as_in_trls_own_batch(make_model, tokeniz
             reference["advantages"].unsqueeze(1), torch.zeros_like(mask), mask, reference["importance_sampling_ratio"]
         )
         torch.testing.assert_close(phi, phi_trl)
+
+
+def test_each_generation_batch_of_an_optimizer_step_is_normalised_on_its_own(make_model, tokenizer, tmp_path):
+    """steps_per_generation < gradient_accumulation_steps: one optimizer step trains several generation batches.
+    The fill factor is each generation batch's own (the later batches are not generated yet when the first one's loss
+    is computed), so the step's update is the mean of each batch's update without its masked rows, as TRL weighs the
+    generation batches of a step for `dapo` (each by its own token count), not the update of their pooled rows."""
+    trainer, rows = fill_trainer(
+        make_model, tokenizer, tmp_path, loss_type="grpo", gradient_accumulation_steps=2, steps_per_generation=1
+    )
+    informative_rows = [dict(trainer.train_dataset[i]) for i in (0, 2) for _ in range(G)]  # both vary: no fill
+    with pytest.warns(UserWarning, match="masked out of the loss"):
+        with_fill = trainer._generate_and_score_completions(rows)
+    without_fill = trainer._generate_and_score_completions(informative_rows)
+    assert LOSS_SCALE_KEY in with_fill and LOSS_SCALE_KEY not in without_fill
+    move_off_policy(trainer)
+    trainer.current_gradient_accumulation_steps = 2
+    summed = {}
+    for batch in (with_fill, without_fill):
+        for name, grad in gradients(trainer.model, trainer.compute_loss(trainer.model, batch)).items():
+            summed[name] = summed.get(name, 0) + grad
+
+    filled = torch.tensor([kind == "right" for kind in prompt_kinds(with_fill, tokenizer)])
+    trainer.current_gradient_accumulation_steps = 1
+    each = [
+        gradients(trainer.model, GRPOTrainer.compute_loss(trainer, trainer.model, batch))
+        for batch in (without_rows(with_fill, filled), without_fill)
+    ]
+    assert_same_gradients(summed, {name: (each[0][name] + each[1][name]) / 2 for name in each[0]})
+    pooled = {
+        key: torch.cat([without_rows(with_fill, filled)[key], without_fill[key]])
+        for key, value in without_fill.items()
+        if value.dim()
+    }
+    pooled_gradient = gradients(trainer.model, GRPOTrainer.compute_loss(trainer, trainer.model, pooled))
+    assert any(not torch.allclose(summed[name], pooled_gradient[name], atol=1e-7) for name in summed)
