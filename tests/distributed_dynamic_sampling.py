@@ -7,6 +7,7 @@ MODES: comma-separated, run one after another in the same processes. ``agree``: 
 losses of every update batch, the engine in use and a digest of the parameters after training. ``lora``: the same
 with a LoRA adapter. ``resume``: a run with the default planner and history skipping, checkpointed at step 2, then
 resumed from that checkpoint; the refill draws, counters and steering state of both after the checkpoint.
+``diverge``: rank 1's planner decisions made to differ from rank 0's; the rounds both ranks ran.
 CONFIG_JSON: config keywords for every trainer (e.g. ``{"use_cpu": false, "ddp_backend": "gloo"}`` for DeepSpeed).
 Each process writes ``{mode: report}`` to OUTPUT_DIR/rank{N}.json.
 """
@@ -171,10 +172,54 @@ def agree(output_dir: str, **config) -> dict:
     }
 
 
+def diverge(output_dir: str, **config) -> dict:
+    """The adaptive planner, with rank 1's decisions made to differ from rank 0's (as a near-tie could on CPUs that
+    round differently): every process must follow rank 0's, or the ranks run mismatched collectives."""
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_causal_lm(tokenizer, hidden_size=32, num_layers=1, seed=2)
+    reward = RoundRecorder()
+    trainer = tiny_trainer(
+        model,
+        reward,
+        kinds_dataset(["right", "wrong", "varying"], repeat=16),
+        tokenizer,
+        output_dir,
+        dynamic_sampling=True,
+        max_steps=3,
+        **config,
+    )
+    sampler = trainer.dynamic_sampling
+    rank = trainer.accelerator.process_index
+    decided: list[tuple[int, str | None]] = []  # this rank's own decisions, before they are agreed
+    first_refill, plan_round = sampler.first_refill, sampler.plan_round
+
+    def own_first_refill(*args, **kwargs):
+        groups = first_refill(*args, **kwargs) + 3 * rank
+        decided.append((groups, None))
+        return groups
+
+    def own_plan_round(progress):
+        plan = plan_round(progress)
+        if rank == 1 and plan.stop == "full" and progress.round_index == 1:
+            plan = type(plan)(groups=2)  # rank 1 would ask for another round
+        decided.append((plan.groups, plan.stop))
+        return plan
+
+    sampler.first_refill, sampler.plan_round = own_first_refill, own_plan_round
+    trainer.train()
+    return {
+        "rank": rank,
+        "decided": decided,
+        "round_sizes": [len(prompts) for prompts in reward.rounds],
+        "logs": [h for h in trainer.state.log_history if N.DYNAMIC_SAMPLING_ROUNDS in h],
+        "global_step": trainer.state.global_step,
+    }
+
+
 def main(output_dir: str, modes: str = "agree", config: str = "{}") -> None:
     trl115_cpu_shim.install_if_needed()
     torch.set_num_threads(1)
-    runs = {"agree": agree, "lora": lora, "resume": resume}
+    runs = {"agree": agree, "lora": lora, "resume": resume, "diverge": diverge}
     report = {mode: runs[mode](os.path.join(output_dir, mode), **json.loads(config)) for mode in modes.split(",")}
     rank = next(iter(report.values()))["rank"]
     with open(os.path.join(output_dir, f"rank{rank}.json"), "w") as handle:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from test_dynamic_sampling import G
+from test_dynamic_sampling import G, realised_cost
 
 from trl_dapo_ext.metric_names import N
 
@@ -90,6 +90,18 @@ def assert_ranks_agree(reports: list[dict]) -> None:
         assert log[N.DYNAMIC_SAMPLING_RETAINED_GROUPS] == 8  # 4 groups per rank, 2 ranks
     # The steps changed the parameters, identically on both ranks.
     assert reports[0]["parameter_digest"] == reports[1]["parameter_digest"] != reports[0]["initial_digest"]
+
+
+def test_every_process_follows_the_main_processs_round_plan(tmp_path):
+    reports = [report["diverge"] for report in run_on_two_processes(tmp_path, "diverge")]
+    assert [r["global_step"] for r in reports] == [3, 3]
+    assert reports[0]["decided"] != reports[1]["decided"]  # the ranks planned differently ...
+    assert reports[0]["round_sizes"] == reports[1]["round_sizes"]  # ... and ran rank 0's rounds
+    assert [h[N.DYNAMIC_SAMPLING_ROUNDS] for h in reports[0]["logs"]] == [
+        h[N.DYNAMIC_SAMPLING_ROUNDS] for h in reports[1]["logs"]
+    ]
+    for log in reports[0]["logs"]:  # the planner's cost is per process, the completions count every process's
+        assert log[N.DYNAMIC_SAMPLING_REALISED_COST] == pytest.approx(realised_cost(log, num_processes=2))
 
 
 def test_two_processes_resume_exactly(tmp_path):

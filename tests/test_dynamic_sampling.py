@@ -12,6 +12,7 @@ import pytest
 import torch
 from datasets import Dataset, IterableDataset
 from helpers import grpo_kwargs, tiny_trainer
+from transformers import TrainerCallback
 
 from trl_dapo_ext import DAPOConfig, DynamicSamplingExhausted, RewardFunctionError
 from trl_dapo_ext.dynamic_sampling.rounds import PROMPT_INDEX_COLUMN
@@ -443,11 +444,34 @@ def test_checkpoint_holds_the_refill_state(make_model, tokenizer, tmp_path):
         save_strategy="steps",
         save_steps=1,
     )
+    draws: list[tuple[int, int]] = []  # (step, refill prompts drawn)
+    draw = trainer.dynamic_sampling.draw
+
+    def counted(*args, **kwargs):
+        indices = draw(*args, **kwargs)
+        draws.append((trainer.state.global_step, len(indices)))
+        return indices
+
+    trainer.dynamic_sampling.draw = counted
+    at_save: dict[int, dict] = {}  # the sampler's state when each checkpoint was written
+
+    class Snapshot(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            at_save[state.global_step] = json.loads(json.dumps(trainer.dynamic_sampling.state_dict()))
+
+    trainer.add_callback(Snapshot())
     trainer.train()
+    assert sorted(at_save) == [1, 2]
     for step in (1, 2):
-        state = json.loads((tmp_path / f"checkpoint-{step}" / REFILL_STATE_FILE).read_text())["refill"]
-        assert set(state) >= {"epoch", "position", "taken", "seed"}
-    assert os.path.isfile(tmp_path / "checkpoint-2" / REFILL_STATE_FILE)
+        saved = json.loads((tmp_path / f"checkpoint-{step}" / REFILL_STATE_FILE).read_text())
+        assert {key: saved[key] for key in at_save[step]} == at_save[step]  # every part, value for value
+        assert saved["micro_step"] == step  # TRL's micro-step count: one per step here
+        refill = saved["refill"]
+        drawn = sum(count for at_step, count in draws if at_step < step)
+        assert drawn > 0 and refill["taken"] == drawn and refill["seed"] == trainer.args.seed
+        assert (refill["epoch"], refill["position"]) == divmod(drawn, 24)  # one shuffled pass over 24 prompts each
+        assert saved["reward_range"][1] == 1.0 and 0.0 < saved["reward_range"][0] < 1.0  # "right" and "varying"
+        assert saved["planner"]["estimates"] and saved["history"]
 
 
 def test_adaptive_planner_and_prompt_history(make_model, tokenizer, tmp_path):
@@ -548,6 +572,13 @@ def test_an_existing_index_column_is_refused(make_model, tokenizer, tmp_path):
         build(make_model, tokenizer, tmp_path, dataset)
 
 
+def realised_cost(log: dict, num_processes: int) -> float:
+    """What a step's rounds cost in completion-equivalents: the planner's cost is per process (each process
+    generates its share of every round), ``generated_completions`` counts every process's."""
+    completions = log[N.DYNAMIC_SAMPLING_GENERATED_COMPLETIONS] / num_processes
+    return log[N.DYNAMIC_SAMPLING_ROUNDS] * log[N.DYNAMIC_SAMPLING_ROUND_LATENCY] + completions
+
+
 @pytest.mark.parametrize("measure", [False, True])
 def test_cost_aware_planner_logs_expected_and_realised_cost(make_model, tokenizer, tmp_path, measure):
     # Two of three prompts constant: most steps need refill rounds of different sizes (the cost fit's evidence).
@@ -562,8 +593,7 @@ def test_cost_aware_planner_logs_expected_and_realised_cost(make_model, tokenize
     for h in logs:
         latency = h[N.DYNAMIC_SAMPLING_ROUND_LATENCY]
         assert latency == 16.0 or measure
-        rounds, completions = h[N.DYNAMIC_SAMPLING_ROUNDS], h[N.DYNAMIC_SAMPLING_GENERATED_COMPLETIONS]
-        assert h[N.DYNAMIC_SAMPLING_REALISED_COST] == pytest.approx(rounds * latency + completions)
+        assert h[N.DYNAMIC_SAMPLING_REALISED_COST] == pytest.approx(realised_cost(h, trainer.accelerator.num_processes))
         assert h[N.DYNAMIC_SAMPLING_EXPECTED_COST] > 0 and 0.0 <= h[N.DYNAMIC_SAMPLING_PLANNED_FILL_CHANCE] <= 1.0
         assert h[N.DYNAMIC_SAMPLING_GENERATION_SECONDS] > 0
     # Every round's time reached the cost model: one observation per generation call.

@@ -18,6 +18,7 @@ from typing import Any
 
 import datasets
 import torch
+from accelerate.utils import broadcast
 from transformers.trainer_callback import ProgressCallback
 
 from ..core.groups import GroupOutcome
@@ -34,7 +35,7 @@ from .assembly import (
 )
 from .counts import GroupCounts, UnscoredRewards, added
 from .messages import exhausted_message, fill_warning
-from .sampler import DynamicSampler, RoundGroups, StepProgress
+from .sampler import ROUND_STOPS, DynamicSampler, RoundGroups, RoundPlan, StepProgress
 
 logger = logging.getLogger(__name__)
 
@@ -137,7 +138,8 @@ class BatchCollector:
         self.own_indices = [int(row.pop(PROMPT_INDEX_COLUMN, -1)) for row in inputs][::G]
         own_global = self._gathered(self.own_indices)  # every process's, in process order
         self.sampler.begin_step(trainer.state.global_step, own_global)
-        self.first_refill = self.sampler.first_refill(self.target, own_global)
+        first_round = RoundPlan(groups=self.sampler.first_refill(self.target, own_global))
+        self.first_refill = self._main_process_plan(first_round).groups  # refill groups round 1 adds
         # Lengths of the logged metric lists before the step (TRL's batch metrics of the rounds are replaced).
         self.metric_marks = {key: len(values) for key, values in trainer._metrics["train"].items()}
         self.original_logs = trainer._logs  # TRL's completions-table buffers, restored after the rounds
@@ -157,8 +159,10 @@ class BatchCollector:
         while True:
             self.rounds = round_index
             self._run_round(rows, indices, round_index)
-            plan = self.sampler.plan_round(
-                StepProgress(round_index, self.target, self.first_refill, self.kept_per_process, self.totals)
+            plan = self._main_process_plan(
+                self.sampler.plan_round(
+                    StepProgress(round_index, self.target, self.first_refill, self.kept_per_process, self.totals)
+                )
             )
             if plan.stop is not None:  # full, the last round allowed, or the budget is spent
                 break
@@ -167,6 +171,17 @@ class BatchCollector:
         self.sampler.end_step()
         self.trainer._logs = self.original_logs
         return self._finish()
+
+    def _main_process_plan(self, plan: RoundPlan) -> RoundPlan:
+        """The main process's plan, on every process. Each process plans from the same gathered counts, but the
+        planner's floating-point sums (and FFTs) may round differently on different CPU types, and at a near-tie
+        that could pick different round sizes: the processes would then run mismatched collectives."""
+        accelerator = self.trainer.accelerator
+        if accelerator.num_processes == 1:
+            return plan
+        encoded = torch.tensor([plan.groups, ROUND_STOPS.index(plan.stop)], device=accelerator.device)
+        groups, stop = broadcast(encoded, from_process=0).tolist()
+        return RoundPlan(groups=int(groups), stop=ROUND_STOPS[int(stop)])
 
     def _gathered(self, values: list[int]) -> list[int]:
         accelerator = self.trainer.accelerator

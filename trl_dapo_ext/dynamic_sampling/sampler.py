@@ -74,6 +74,9 @@ class RoundPlan:
     stop: str | None = None
 
 
+ROUND_STOPS: tuple[str | None, ...] = (None, "full", "max_rounds", "budget")  # every value of RoundPlan.stop
+
+
 @dataclass
 class RoundGroups:
     """One round's groups on this process, as the filter reward sees them."""
