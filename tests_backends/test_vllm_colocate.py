@@ -77,10 +77,12 @@ def test_vespo_rows_of_narrower_rounds_keep_their_importance_ratio(model_dir, tm
     Rows kept from a round of shorter completions are re-padded to the batch's width, and VESPO sums log(ratio) over
     every position, so the re-padded columns must hold 1 as well (0.0 there zeroed those rows' VESPO weight)."""
     args = DAPOConfig(
-        **colocate_kwargs(tmp_path, max_completion_length=24),  # long enough that rounds end at different widths
+        # Completions end at the first of five digits (stop strings), so rounds end at different widths.
+        **colocate_kwargs(tmp_path, max_completion_length=12, generation_kwargs={"stop": list("12345")}),
         dynamic_sampling=True,
         dynamic_sampling_oversample=1.0,
         loss_type="vespo",
+        vllm_importance_sampling_mode="token_truncate",  # TRL requires a token mode for VESPO
     )
     trainer = DAPOTrainer(model_dir, reward_funcs=[kind_reward], args=args, train_dataset=kind_dataset())
     round_widths: list[list[int]] = []
