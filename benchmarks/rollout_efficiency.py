@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import math
 import os
 import sys
 import time
@@ -46,6 +47,16 @@ import numpy as np
 from trl_dapo_ext.core.groups import GroupOutcome
 from trl_dapo_ext.dynamic_sampling.history import PromptHistory
 from trl_dapo_ext.dynamic_sampling.planner import POOLED, RefillPlanner, plan_refill_groups
+from trl_dapo_ext.dynamic_sampling.screening import (
+    AGREE_HIGH,
+    AGREE_LOW,
+    ScreeningEstimates,
+    plan_budget_round,
+    plan_fill_round,
+    probe_rule_bound,
+    screening_rate,
+    stream_rate,
+)
 from trl_dapo_ext.dynamic_sampling.stream import RefillSampler
 
 MAX_ROUNDS = 10  # veRL's max_num_gen_batches and our dynamic_sampling_max_rounds default
@@ -60,6 +71,7 @@ class Mix:
     name: str
     draw: Callable[[np.random.Generator, int], np.ndarray]  # initial success probability per prompt
     drift_per_step: float = 0.0  # logit shift per step for prompts with 0 < p < 1 (the policy learning)
+    churn_per_step: float = 0.0  # chance per step that a prompt's success chance is drawn afresh from the mix
 
 
 def _share(rng: np.random.Generator, size: int, fixed: float, share: float, rest: tuple[float, float]) -> np.ndarray:
@@ -89,6 +101,14 @@ def probabilities_at(p0: np.ndarray, mix: Mix, step: int) -> np.ndarray:
     logit = np.log(p0[inner] / (1.0 - p0[inner])) + mix.drift_per_step * step
     p[inner] = 1.0 / (1.0 + np.exp(-logit))
     return p
+
+
+def churned(p0: np.ndarray, mix: Mix, rng: np.random.Generator) -> np.ndarray:
+    """A share ``mix.churn_per_step`` of the prompts with success chances drawn afresh (a copy)."""
+    fresh = rng.random(len(p0)) < mix.churn_per_step
+    p0 = p0.copy()
+    p0[fresh] = mix.draw(rng, int(fresh.sum()))
+    return p0
 
 
 def expected_retention(p: np.ndarray, generations: int) -> float:
@@ -149,6 +169,8 @@ class World:
         self.step = 0
 
     def at_step(self, step: int) -> None:
+        if self.mix.churn_per_step and step > self.step:  # the policy forgets or learns some prompts outright
+            self.p0 = churned(self.p0, self.mix, self.rng)
         self.p = probabilities_at(self.p0, self.mix, step)
         self.step = step
 
@@ -309,6 +331,419 @@ def pooled_run(strategy: str, mix_number: int, args: argparse.Namespace, latency
     return tally
 
 
+# --- screening and the fixed budget (issue 43) -----------------------------------------------------------------------
+
+SHARES = [0.2, 0.5, 0.8]  # zero-variance share of plain GRPO groups of G
+GROUP_SIZES = [8, 16, 32]
+SCREEN_LATENCIES = [0.0, 16.0, 64.0]
+FAMILIES = ["atoms", "graded"]
+
+
+def _beta_moment(a: float, b: float, power: int) -> float:
+    """``E[p^power]`` for ``p ~ Beta(a, b)``."""
+    return math.prod((a + i) / (a + b + i) for i in range(power))
+
+
+def screening_mix(family: str, share: float, generations: int, churn: float = 0.0) -> Mix:
+    """A mix whose plain GRPO groups of ``generations`` are zero-variance with chance ``share`` (about).
+
+    ``atoms``: a share of the prompts never (2/3) or always (1/3) solved, the rest Beta(2, 2): zero-variance prompts
+    stay so (GRESO, arXiv 2506.02177: over 90% of an epoch's zero-variance prompts were so before), and probes see it.
+    ``graded``: every prompt Beta(a, 3a), ``a`` set by bisection: zero-variance groups come from prompts with small
+    but nonzero pass rates, which probes often miss and history predicts less sharply.
+    """
+    if family == "atoms":
+        rest = 2 * _beta_moment(2.0, 2.0, generations)
+        atoms = max(share - rest, 0.0) / (1.0 - rest)
+
+        def draw(rng: np.random.Generator, n: int) -> np.ndarray:
+            p, u = rng.beta(2.0, 2.0, size=n), rng.random(n)
+            p[u < atoms * 2 / 3] = 0.0
+            p[(u >= atoms * 2 / 3) & (u < atoms)] = 1.0
+            return p
+
+    else:
+
+        def zero_variance(log_a: float) -> float:
+            a = math.exp(log_a)
+            return _beta_moment(a, 3 * a, generations) + _beta_moment(3 * a, a, generations)
+
+        low, high = math.log(1e-3), math.log(1e3)  # zero-variance share falls as a grows
+        for _ in range(60):
+            middle = (low + high) / 2
+            low, high = (middle, high) if zero_variance(middle) > share else (low, middle)
+        a = math.exp(low)
+
+        def draw(rng: np.random.Generator, n: int) -> np.ndarray:
+            return rng.beta(a, 3 * a, size=n)
+
+    return Mix(f"{family} {share:.0%} zv, G={generations}", draw, churn_per_step=churn)
+
+
+@dataclass
+class Ledger:
+    """What one screening-sweep run generated and trained on."""
+
+    completions: int = 0
+    groups: int = 0  # informative groups trained on
+    informative_completions: int = 0  # completions in them (G each; Knapsack's groups vary)
+    rounds: int = 0
+    steps: int = 0
+    screened: int = 0  # prompts that got probes
+    dropped: int = 0  # screened prompts dropped after their probes
+    completed_agreeing: int = 0  # prompts whose probes agreed and that were completed anyway
+    skipped: int = 0  # prompts passed over by prompt-history skipping
+    visits: int = 0  # prompts generated for at all: visits / dataset = epochs of history
+    over_budget: int = 0  # steps that generated more than B x G (fixed-budget modes: must stay 0)
+    short: int = 0  # steps that trained on fewer than B groups (fill modes: exhausted)
+
+    def add(self, other: Ledger) -> None:
+        for name in self.__dataclass_fields__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def per_group(self, generations: int, latency: float = 0.0) -> float:
+        """Completions (plus ``latency`` per round) per informative group of G (per G informative completions)."""
+        return generations * (self.completions + latency * self.rounds) / max(self.informative_completions, 1)
+
+
+@dataclass(frozen=True)
+class Screen:
+    mode: str  # grpo, refill (today's planner), knapsack, speed, budget (ours), fill (ours)
+    probes: int = 0
+    skip: bool = False
+
+
+SCREEN_STRATEGIES = {
+    "GRPO": Screen("grpo"),
+    "DAPO refill": Screen("refill"),
+    "DAPO refill+skip": Screen("refill", skip=True),
+    "SPEED k=4": Screen("speed", 4),
+    "Knapsack": Screen("knapsack"),
+    "ours budget k=2": Screen("budget", 2),
+    "ours budget k=4": Screen("budget", 4),
+    "ours budget+skip k=2": Screen("budget", 2, skip=True),
+    "ours budget+skip k=4": Screen("budget", 4, skip=True),
+    "ours fill k=2": Screen("fill", 2),
+    "ours fill+skip k=2": Screen("fill", 2, skip=True),
+}
+OURS = "ours budget+skip k=2"  # the configuration the issue's targets are checked on
+
+
+def knapsack_allocation(success: np.ndarray, budget: int, least: int = 2, most: int = 256) -> np.ndarray:
+    """Completions per prompt maximising the Knapsack RL value ``sum_i (1 - p^n - (1 - p)^n) p (1 - p)^2``.
+
+    Every prompt gets ``least``; the rest goes one completion at a time to the largest marginal value (the value is
+    concave in ``n``, so this greedy is the paper's dynamic programme's optimum); what no prompt values (every
+    estimate 0 or 1) goes to the hardest prompts in turn, as the paper gives leftovers to pass-rate-0 prompts.
+    """
+    n = np.full(len(success), least)
+    spare = budget - int(n.sum())
+    if spare < 0:
+        raise ValueError(f"a budget of {budget} cannot give {len(success)} prompts {least} completions each")
+    p, weight = success, success * (1 - success) ** 2
+
+    def gain(count: np.ndarray) -> np.ndarray:  # value(count + 1) - value(count)
+        return weight * (p**count * (1 - p) + (1 - p) ** count * p)
+
+    while spare > 0:
+        marginal = np.where(n < most, gain(n), -1.0)
+        best = int(np.argmax(marginal))
+        if marginal[best] <= 0:
+            hardest = np.argsort(success, kind="stable")
+            for i in range(spare):
+                n[hardest[i % len(n)]] += 1
+            break
+        n[best] += 1
+        spare -= 1
+    return n
+
+
+class ScreeningRun:
+    """One simulated run of a screening-sweep strategy (everything but today's refill, which :func:`run` covers)."""
+
+    def __init__(self, screen: Screen, mix: Mix, p0: np.ndarray, args: argparse.Namespace, seed: int, latency: float):
+        self.screen, self.mix, self.args, self.latency = screen, mix, args, latency
+        self.G, self.B, self.k = args.generations, args.groups, screen.probes
+        self.p = p0.copy()
+        self.rng = np.random.default_rng(seed + 1)
+        self.batches = EpochStream(len(p0), seed=seed + 2)
+        self.stream = RefillSampler(len(p0), seed=seed + 3)
+        self.history = PromptHistory(window=args.window, floor=args.floor, seed=seed, generations=self.G)
+        self.estimates = ScreeningEstimates(decay=args.decay)
+        self.ledger = Ledger()
+        self.success = [1.0, 2.0]  # Knapsack's prior for unseen prompts: right, total answers so far (+1, +2)
+
+    def right(self, indices: list[int], count: int | np.ndarray) -> np.ndarray:
+        return self.rng.binomial(count, self.p[indices]) if indices else np.zeros(0, dtype=int)
+
+    def record(self, indices: list[int], right: np.ndarray, total: int | np.ndarray) -> None:
+        """The prompt history learns from every generated completion, probes of dropped prompts included."""
+        total = np.broadcast_to(total, len(indices))
+        outcomes = np.full(len(indices), GroupOutcome.INFORMATIVE)
+        outcomes[right == total] = GroupOutcome.ALL_MAX
+        outcomes[right == 0] = GroupOutcome.ALL_MIN
+        self.history.record(indices, outcomes.tolist(), upper=list(right), scorable=list(total))
+        self.success[0] += int(np.sum(right))
+        self.success[1] += int(np.sum(total))
+
+    def rate(self) -> float:
+        """Informative groups per completion-equivalent so far (a floor no decision should pull down)."""
+        ledger = self.ledger
+        if not ledger.informative_completions:
+            return 0.0
+        return ledger.informative_completions / self.G / (ledger.completions + self.latency * ledger.rounds)
+
+    def run(self) -> Ledger:
+        for step in range(self.args.steps):
+            if step and self.mix.churn_per_step:
+                self.p = churned(self.p, self.mix, self.rng)
+            batch = self.batches.take(self.B)
+            getattr(self, f"{self.screen.mode}_step")(step, batch)
+            self.estimates.end_step()
+            self.ledger.steps += 1
+        return self.ledger
+
+    # --- steps without probes ---------------------------------------------------------------------------------------
+
+    def train_groups(self, right: np.ndarray, total: np.ndarray) -> None:
+        informative = (right > 0) & (right < total)
+        self.ledger.groups += int(informative.sum())
+        self.ledger.informative_completions += int(total[informative].sum())
+
+    def grpo_step(self, step: int, batch: list[int]) -> None:
+        right = self.right(batch, self.G)
+        self.train_groups(right, np.full(len(batch), self.G))
+        self.record(batch, right, self.G)
+        self.ledger.completions += self.B * self.G
+        self.ledger.rounds += 1
+        self.ledger.visits += len(batch)
+
+    def knapsack_step(self, step: int, batch: list[int]) -> None:
+        """Knapsack RL's allocation of B x G over the batch by each prompt's last estimated pass rate."""
+        unseen = self.success[0] / self.success[1]
+        estimate = []
+        for index in batch:
+            tally = self.history.tallies.get(index)
+            estimate.append((0.5 + tally[0]) / (1 + sum(tally)) if tally else unseen)  # Jeffreys posterior mean
+        counts = knapsack_allocation(np.array(estimate), self.B * self.G, most=4 * self.G)
+        right = self.right(batch, counts)
+        self.train_groups(right, counts)
+        self.record(batch, right, counts)
+        self.ledger.completions += int(counts.sum())
+        self.ledger.over_budget += int(counts.sum()) > self.B * self.G
+        self.ledger.rounds += 1
+        self.ledger.visits += len(batch)
+
+    # --- screening steps ---------------------------------------------------------------------------------------------
+
+    def admit(self, propose: Callable[[int], list[int]], count: int, step: int, round_index: int) -> list[int]:
+        if not self.screen.skip:
+            return propose(count)
+        admission = self.history.admit(propose, count, step=step, round_index=round_index)
+        self.ledger.skipped += admission.skipped
+        return admission.admitted
+
+    def proposals(self, batch: list[int]) -> Callable[[int], list[int]]:
+        """The batch's own prompts first, then the refill stream (a screened step may pass over its own prompts)."""
+        queue = list(batch)
+
+        def propose(count: int) -> list[int]:
+            own = queue[:count]
+            del queue[:count]
+            return own + self.stream.take(count - len(own))
+
+        return propose
+
+    def screening_step(self, step: int, batch: list[int], fill: bool) -> None:
+        """Rounds of completions and probes until the step is done: at the fixed budget, or until B groups."""
+        k, G, B = self.k, self.G, self.B
+        propose = self.proposals(batch)
+        mixed: list[tuple[int, int, str]] = []  # (index, right probes, stratum when screened)
+        agreeing: list[tuple[int, int, str, str]] = []  # the same and the direction of agreement
+        spent = missing = 0
+        missing = B
+        max_rounds = MAX_ROUNDS
+        floor = self.rate()  # a decision must not pull the run's informative groups per completion below this
+        for round_index in range(max_rounds):
+            last = round_index == max_rounds - 1
+            q, retention = self.estimates.mixed_rate(), self.estimates.retention()
+            values = [self.estimates.after_agreement(s, d) for _, _, s, d in agreeing]
+            if self.screen.mode == "speed":
+                values = []  # SPEED completes a prompt iff its probes are mixed
+            if fill:
+                plan = plan_fill_round(
+                    missing, len(mixed), values, k, G, stream_rate(retention, q, k, G, self.latency, max(missing, 1)),
+                    q, screen_cap=0 if last else math.ceil(self.args.max_oversample * B),
+                )
+            else:
+                free = self.B * G - spent - len(mixed) * (G - k)
+                prompts = max(free // G, 1)
+                cap = B if round_index == 0 else math.ceil(self.args.max_oversample * B)
+                if round_index and screening_rate(q, k, G, self.latency, prompts) < floor:
+                    cap, last = 0, True  # a round of new prompts would pull the run's rate down: only completions
+                opportunity = floor if last else stream_rate(retention, q, k, G, self.latency, prompts)
+                plan = plan_budget_round(self.B * G - spent, len(mixed), values, k, G, opportunity, last, cap)
+                if not plan.mixed and plan.complete and not plan.screen:  # a round for agreeing prompts alone
+                    gain = sum(values[i] for i in plan.complete)
+                    if gain / (len(plan.complete) * (G - k) + self.latency) < floor:
+                        break
+            if not (plan.mixed or plan.complete or plan.screen):
+                break
+            # Completions: the mixed prompts planned (in fill mode the rest are surplus, dropped after k), then the
+            # agreeing prompts chosen; every one is a group of G from this step's policy.
+            done = [mixed[i] for i in plan.mixed] + [agreeing[i][:3] for i in plan.complete]
+            surplus = [item for i, item in enumerate(mixed) if i not in set(plan.mixed)]
+            indices = [index for index, _, _ in done]
+            right = np.array([r for _, r, _ in done], dtype=int) + self.right(indices, G - k)
+            self.train_groups(right, np.full(len(done), G))
+            if plan.complete:
+                chosen = [agreeing[i] for i in plan.complete]
+                informative = (right[len(plan.mixed) :] > 0) & (right[len(plan.mixed) :] < G)
+                self.estimates.observe_completions([s for _, _, s, _ in chosen], [d for *_, d in chosen], informative)
+                self.ledger.completed_agreeing += len(chosen)
+            missing -= int(np.sum((right > 0) & (right < G)))
+            self.record(indices, right, G)
+            self.drop(surplus)
+            agreeing = [item for i, item in enumerate(agreeing) if i not in set(plan.complete)]
+            # Probes of new prompts.
+            new = self.admit(propose, plan.screen, step, round_index + 1)
+            strata = [self.history.stratum(index) for index in new]
+            probes = self.right(new, k)
+            is_mixed = (probes > 0) & (probes < k)
+            self.estimates.observe_probes(strata, is_mixed.tolist())
+            mixed = [(i, int(r), s) for i, r, s, m in zip(new, probes, strata, is_mixed) if m]
+            agreeing += [
+                (i, int(r), s, AGREE_HIGH if r == k else AGREE_LOW)
+                for i, r, s, m in zip(new, probes, strata, is_mixed)
+                if not m
+            ]
+            generated = plan.completions(k, G)
+            spent += generated
+            self.ledger.completions += generated
+            self.ledger.rounds += 1
+            self.ledger.screened += len(new)
+            self.ledger.visits += len(new)
+            if fill and missing <= 0:
+                break
+        self.drop(mixed + [item[:3] for item in agreeing])
+        self.ledger.over_budget += (not fill) and spent > self.B * G
+        self.ledger.short += fill and missing > 0
+
+    def drop(self, items: list[tuple[int, int, str]]) -> None:
+        """Prompts dropped after their probes: counted, and their probes recorded in the history."""
+        if items:
+            self.record([index for index, _, _ in items], np.array([r for _, r, _ in items]), self.k)
+            self.ledger.dropped += len(items)
+
+    def budget_step(self, step: int, batch: list[int]) -> None:
+        self.screening_step(step, batch, fill=False)
+
+    def fill_step(self, step: int, batch: list[int]) -> None:
+        self.screening_step(step, batch, fill=True)
+
+    def speed_step(self, step: int, batch: list[int]) -> None:
+        self.screening_step(step, batch, fill=True)
+
+
+def screening_run(name: str, family: str, share: float, args: argparse.Namespace, latency: float) -> Ledger:
+    """``--seeds`` runs of one strategy on one cell, pooled (each seed its own prompts, the same for every strategy)."""
+    screen, G = SCREEN_STRATEGIES[name], args.generations
+    mix = screening_mix(family, share, G, args.churn)
+    ledger = Ledger()
+    for seed in range(args.seed, args.seed + args.seeds):
+        key = seed * 1000 + FAMILIES.index(family) * 100 + SHARES.index(share) * 10 + GROUP_SIZES.index(G)
+        p0 = mix.draw(np.random.default_rng(key), args.dataset)
+        if screen.mode == "refill":  # today's cost-aware planner, from the refill section above
+            tally = run("cost-aware+skip" if screen.skip else "cost-aware", mix, p0, args, seed=key, latency=latency)
+            G_tally = Ledger(
+                completions=G * tally.generated, groups=tally.retained, informative_completions=G * tally.retained,
+                rounds=sum(tally.rounds), steps=args.steps, skipped=tally.skipped, visits=tally.generated,
+                short=tally.exhausted,
+            )
+            ledger.add(G_tally)
+        else:
+            ledger.add(ScreeningRun(screen, mix, p0, args, seed=key, latency=latency).run())
+    return ledger
+
+
+def screening_cells(args: argparse.Namespace) -> list[tuple[str, float, int]]:
+    if args.quick:
+        return [(family, 0.5, 8) for family in FAMILIES]
+    return [(family, share, G) for family in FAMILIES for share in SHARES for G in GROUP_SIZES]
+
+
+def screening_sweep(args: argparse.Namespace) -> int:
+    """Completions per informative group of every strategy on every cell and latency; the issue 43 targets."""
+    started = time.perf_counter()
+    cells = screening_cells(args)
+    latencies = [0.0, 16.0] if args.quick else args.screen_latencies
+    names = list(SCREEN_STRATEGIES)
+    jobs = {}
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        for family, share, G in cells:
+            cell_args = argparse.Namespace(**{**vars(args), "generations": G})
+            for latency in latencies:
+                for name in names:
+                    jobs[family, share, G, latency, name] = pool.submit(
+                        screening_run, name, family, share, cell_args, latency
+                    )
+        ledgers = {key: job.result() for key, job in jobs.items()}
+    print(
+        f"\n## Screening and the fixed budget: completions per informative group (x G; the floor is 1.00, plain "
+        f"GRPO pays 1 / (1 - zero-variance share)), {args.groups} groups per step, {args.steps} steps, "
+        f"{args.dataset} prompts, churn {args.churn:g} per step, seeds {args.seed}..{args.seed + args.seeds - 1} "
+        f"pooled; at latency L a round costs L completions more. Bounds: the least any rule that screens stream "
+        f"prompts with k probes and no history can pay (exact, from the cell's pass rates)."
+    )
+    failures = 0
+    for family, share, G in cells:
+        cell_args = argparse.Namespace(**{**vars(args), "generations": G})
+        mix = screening_mix(family, share, G)
+        key = args.seed * 1000 + FAMILIES.index(family) * 100 + SHARES.index(share) * 10 + GROUP_SIZES.index(G)
+        p0 = mix.draw(np.random.default_rng(key), args.dataset)
+        bounds = {k: probe_rule_bound(p0, k, G)[0] / G for k in (2, 4) if k < G}
+        zero_variance = 1 - expected_retention(p0, G)
+        print(
+            f"\n### {mix.name}: zero-variance share {zero_variance:.2f}; GRPO formula {1 / (1 - zero_variance):.2f}x G; "
+            + ", ".join(f"k={k} bound {bound:.2f}x G" for k, bound in bounds.items())
+        )
+        print(f"{'strategy':<22} " + " ".join(f"{'L=' + format(L, 'g'):>7}" for L in latencies)
+              + "  rounds/step  screened/step  dropped/step  completed agreeing/step  epochs  over budget  short")
+        for name in names:
+            rows = [ledgers[family, share, G, L, name] for L in latencies]
+            base = rows[0]
+            steps = max(base.steps, 1)
+            print(
+                f"{name:<22} " + " ".join(f"{row.per_group(G, L) / G:>7.2f}" for row, L in zip(rows, latencies))
+                + f"  {base.rounds / steps:>11.2f}  {base.screened / steps:>13.1f}  {base.dropped / steps:>12.1f}"
+                + f"  {base.completed_agreeing / steps:>23.1f}  {base.visits / args.dataset / args.seeds:>6.1f}"
+                + f"  {base.over_budget:>11}  {base.short:>5}"
+            )
+        for L in latencies:
+            ours = ledgers[family, share, G, L, OURS].per_group(G, L)
+            refill = ledgers[family, share, G, L, "DAPO refill"].per_group(G, L)
+            ok = ours <= refill
+            failures += not ok
+            print(f"{'PASS' if ok else 'FAIL'}  {OURS} {ours / G:.2f}x G <= DAPO refill {refill / G:.2f}x G at L={L:g}")
+        for name in names:
+            over = ledgers[family, share, G, latencies[0], name].over_budget
+            if over:
+                failures += 1
+                print(f"FAIL  {name} exceeded the step budget in {over} steps")
+        if share == 0.5 and G == 8:
+            best = min(names, key=lambda name: ledgers[family, share, G, 0.0, name].per_group(G))
+            ours = ledgers[family, share, G, 0.0, OURS].per_group(G) / G
+            ok = ours <= 1.3
+            failures += not ok
+            print(
+                f"{'PASS' if ok else 'FAIL'}  issue 43 target: {OURS} {ours:.2f}x G <= 1.3x G at 50% zero-variance, "
+                f"G=8, L=0 (cheapest here: {best}, "
+                f"{ledgers[family, share, G, 0.0, best].per_group(G) / G:.2f}x G)"
+            )
+    print(f"\n{failures} screening target(s) missed; {time.perf_counter() - started:.1f} s")
+    return failures
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=200)
@@ -324,7 +759,14 @@ def main() -> int:
     parser.add_argument("--latencies", type=float, nargs="*", default=LATENCIES, help="round latencies to cost")
     parser.add_argument("--mixes", nargs="*", help="only these mixes (names as printed)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count(), help="simulation processes")
+    parser.add_argument("--screening", action="store_true", help="the screening / fixed-budget sweep (issue 43)")
+    parser.add_argument("--quick", action="store_true", help="with --screening: 50%% zero-variance, G=8 only, L=0/16")
+    parser.add_argument("--churn", type=float, default=0.002, help="--screening: chance per step of a new pass rate")
+    parser.add_argument("--max-oversample", type=float, default=4.0, help="--screening: prompts per round / batch")
+    parser.add_argument("--screen-latencies", type=float, nargs="*", default=SCREEN_LATENCIES)
     args = parser.parse_args()
+    if args.screening:
+        return 1 if screening_sweep(args) else 0
     started = time.perf_counter()
     total_steps = args.steps * args.seeds
     G = args.generations

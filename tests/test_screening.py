@@ -77,9 +77,11 @@ def test_worked_budget_round():
     # c = 0.8 takes 6, and the last 6 cannot reserve a new prompt's 8: nothing screened, 6 carried.
     second = plan_budget_round(24, 2, [0.8, 0.1], probes=2, generations=8, opportunity=0.07, last_round=False)
     assert second == ScreeningRound(mixed=(0, 1), complete=(0,), screen=0) and second.completions(2, 8) == 18
-    # Last round with those 6: any chance of a group is worth it now, the c = 0.1 prompt is completed. Total 32.
-    last = plan_budget_round(6, 0, [0.1], probes=2, generations=8, opportunity=0.07, last_round=True)
+    # Last round with those 6: at a floor of 0 any chance of a group is worth them, the c = 0.1 prompt is completed
+    # (total 32); at the floor 0.07 it is not (0.017 per completion would raise the cost per group).
+    last = plan_budget_round(6, 0, [0.1], probes=2, generations=8, opportunity=0.0, last_round=True)
     assert last == ScreeningRound(mixed=(), complete=(0,), screen=0) and last.completions(2, 8) == 6
+    assert plan_budget_round(6, 0, [0.1], 2, 8, opportunity=0.07, last_round=True).completions(2, 8) == 0
     with pytest.raises(ValueError, match="mixed prompts need"):
         plan_budget_round(5, 1, [], probes=2, generations=8, opportunity=0.0, last_round=False)
 

@@ -293,10 +293,12 @@ def plan_budget_round(
 
     ``budget_left``: completions the step may still generate. ``mixed``: prompts whose probes differed, waiting for
     completion. ``agreeing``: ``c`` of each agreeing prompt not completed yet (they stay candidates for the rest of
-    the step). ``opportunity``: the stream's rate (:func:`stream_rate`). Each new prompt reserves ``G`` completions
-    (``k`` now, ``G - k`` if it turns out mixed), so ``budget_left >= mixed * (G - k)`` holds in every round and the
-    step never exceeds its budget; what a round does not reserve carries to the next. In the ``last_round`` nothing
-    new is screened (it could not be completed) and the rest of the budget completes agreeing prompts by value.
+    the step). ``opportunity``: the rate an agreeing prompt must reach (:func:`worth_completing`): the stream's rate
+    (:func:`stream_rate`) while new prompts can still be screened; in the ``last_round``, which screens nothing (a
+    new prompt could not be completed), the caller's floor: 0 spends the rest of the budget on any chance of a group,
+    the run's rate so far spends it only where that does not raise the completions per informative group. Each new
+    prompt reserves ``G`` completions (``k`` now, ``G - k`` if it turns out mixed), so ``budget_left >= mixed * (G -
+    k)`` holds in every round and the step never exceeds its budget; what a round does not reserve carries over.
 
     Example (G = 8, k = 2, 20 completions left, 1 mixed prompt, agreeing prompts with c = 0.9 and 0.1):
         >>> plan = plan_budget_round(20, 1, [0.1, 0.9], probes=2, generations=8, opportunity=0.07, last_round=False)
@@ -314,8 +316,7 @@ def plan_budget_round(
     for i in _best_first(agreeing):
         if free < rest:
             break
-        # With no later round, nothing else can use the budget: any chance of an informative group is worth it.
-        if (last_round and agreeing[i] > 0.0) or worth_completing(agreeing[i], probes, generations, opportunity):
+        if worth_completing(agreeing[i], probes, generations, opportunity):
             complete.append(i)
             free -= rest
     screen = 0 if last_round else free // generations
