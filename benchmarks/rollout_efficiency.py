@@ -563,7 +563,9 @@ class ScreeningRun:
         spent = missing = 0
         missing = B
         max_rounds = MAX_ROUNDS
-        floor = self.rate()  # a decision must not pull the run's informative groups per completion below this
+        # Without latency the fixed budget is spent (GRPO's cost, as many groups as it buys). With latency a round
+        # is paid for only if it does not pull the run's informative groups per completion-equivalent down.
+        floor = self.rate() if self.latency > 0 else 0.0
         for round_index in range(max_rounds):
             last = round_index == max_rounds - 1
             q, retention = self.estimates.mixed_rate(), self.estimates.retention()
@@ -693,7 +695,8 @@ def screening_sweep(args: argparse.Namespace) -> int:
         f"GRPO pays 1 / (1 - zero-variance share)), {args.groups} groups per step, {args.steps} steps, "
         f"{args.dataset} prompts, churn {args.churn:g} per step, seeds {args.seed}..{args.seed + args.seeds - 1} "
         f"pooled; at latency L a round costs L completions more. Bounds: the least any rule that screens stream "
-        f"prompts with k probes and no history can pay (exact, from the cell's pass rates)."
+        f"prompts with k probes and no history can pay (exact, from the cell's pass rates); groups/step: informative "
+        f"groups trained per step (GRPO: B x retention); epochs: prompt visits / dataset (history to skip on)."
     )
     failures = 0
     for family, share, G in cells:
@@ -705,17 +708,19 @@ def screening_sweep(args: argparse.Namespace) -> int:
         zero_variance = 1 - expected_retention(p0, G)
         print(
             f"\n### {mix.name}: zero-variance share {zero_variance:.2f}; GRPO formula {1 / (1 - zero_variance):.2f}x G; "
-            + ", ".join(f"k={k} bound {bound:.2f}x G" for k, bound in bounds.items())
+            + ", ".join(f"k={k} no-history bound {bound:.2f}x G" for k, bound in bounds.items())
         )
         print(f"{'strategy':<22} " + " ".join(f"{'L=' + format(L, 'g'):>7}" for L in latencies)
-              + "  rounds/step  screened/step  dropped/step  completed agreeing/step  epochs  over budget  short")
+              + "  groups/step  rounds/step  screened/step  dropped/step  agreeing completed/step  epochs  over budget"
+              + "  short")
         for name in names:
             rows = [ledgers[family, share, G, L, name] for L in latencies]
             base = rows[0]
             steps = max(base.steps, 1)
             print(
                 f"{name:<22} " + " ".join(f"{row.per_group(G, L) / G:>7.2f}" for row, L in zip(rows, latencies))
-                + f"  {base.rounds / steps:>11.2f}  {base.screened / steps:>13.1f}  {base.dropped / steps:>12.1f}"
+                + f"  {base.groups / steps:>11.1f}  {base.rounds / steps:>11.2f}  {base.screened / steps:>13.1f}"
+                + f"  {base.dropped / steps:>12.1f}"
                 + f"  {base.completed_agreeing / steps:>23.1f}  {base.visits / args.dataset / args.seeds:>6.1f}"
                 + f"  {base.over_budget:>11}  {base.short:>5}"
             )
@@ -740,16 +745,47 @@ def screening_sweep(args: argparse.Namespace) -> int:
                 f"G=8, L=0 (cheapest here: {best}, "
                 f"{ledgers[family, share, G, 0.0, best].per_group(G) / G:.2f}x G)"
             )
+    if not args.quick:
+        history_sweep(args)
     print(f"\n{failures} screening target(s) missed; {time.perf_counter() - started:.1f} s")
     return failures
 
 
+HISTORY_STRATEGIES = ["DAPO refill+skip", "ours budget k=2", "ours budget+skip k=2", "ours budget+skip k=4"]
+
+
+def history_sweep(args: argparse.Namespace) -> None:
+    """How much history skipping needs: the 50% zero-variance, G=8 cells with larger datasets (fewer epochs)."""
+    datasets = [args.dataset, *args.history_datasets]
+    cell_args = {size: argparse.Namespace(**{**vars(args), "generations": 8, "dataset": size}) for size in datasets}
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        jobs = {
+            (family, size, name): pool.submit(screening_run, name, family, 0.5, cell_args[size], 0.0)
+            for family in FAMILIES
+            for size in datasets
+            for name in HISTORY_STRATEGIES
+        }
+        ledgers = {key: job.result() for key, job in jobs.items()}
+    print("\n## Epochs of history: 50% zero-variance, G=8, L=0; completions per informative group (x G) / epochs")
+    print(f"{'mix':<8} {'strategy':<22} " + " ".join(f"{str(size) + ' prompts':>16}" for size in datasets))
+    for family in FAMILIES:
+        for name in HISTORY_STRATEGIES:
+            cells = [ledgers[family, size, name] for size in datasets]
+            print(
+                f"{family:<8} {name:<22} "
+                + " ".join(
+                    f"{ledger.per_group(8) / 8:>7.2f} / {ledger.visits / size / args.seeds:>5.1f} ep"
+                    for ledger, size in zip(cells, datasets)
+                )
+            )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--steps", type=int, help="default 200; with --screening 150, with --quick 60")
     parser.add_argument("--groups", type=int, default=32, help="informative groups needed per step")
     parser.add_argument("--generations", type=int, default=8, help="G, completions per group")
-    parser.add_argument("--dataset", type=int, default=2048, help="prompts in the simulated dataset")
+    parser.add_argument("--dataset", type=int, help="prompts in the simulated dataset (2048; --screening: 512)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--seeds", type=int, default=1, help="independent runs per mix (seed, seed+1, ...), pooled")
     parser.add_argument("--confidence", type=float, default=0.95, help="the confidence rule's RefillPlanner(...)")
@@ -764,9 +800,13 @@ def main() -> int:
     parser.add_argument("--churn", type=float, default=0.002, help="--screening: chance per step of a new pass rate")
     parser.add_argument("--max-oversample", type=float, default=4.0, help="--screening: prompts per round / batch")
     parser.add_argument("--screen-latencies", type=float, nargs="*", default=SCREEN_LATENCIES)
+    parser.add_argument("--history-datasets", type=int, nargs="*", default=[2048, 8192], help="--screening: sizes")
     args = parser.parse_args()
-    if args.screening:
+    if args.screening:  # a small dataset: several epochs of history to skip on, as GRESO needs
+        args.steps = args.steps or (60 if args.quick else 150)
+        args.dataset = args.dataset or 512
         return 1 if screening_sweep(args) else 0
+    args.steps, args.dataset = args.steps or 200, args.dataset or 2048
     started = time.perf_counter()
     total_steps = args.steps * args.seeds
     G = args.generations
