@@ -505,9 +505,10 @@ class ScreeningRun:
 
     # --- steps without probes ---------------------------------------------------------------------------------------
 
-    def train_groups(self, right: np.ndarray, total: np.ndarray) -> None:
-        informative = (right > 0) & (right < total)
-        self.ledger.groups += int(informative.sum())
+    def train_groups(self, right: np.ndarray, total: np.ndarray, room: int | None = None) -> None:
+        """Count the informative groups trained on; at most ``room`` of them (a full batch drops the surplus)."""
+        informative = np.flatnonzero((right > 0) & (right < total))[:room]
+        self.ledger.groups += len(informative)
         self.ledger.informative_completions += int(total[informative].sum())
 
     def grpo_step(self, step: int, batch: list[int]) -> None:
@@ -560,9 +561,7 @@ class ScreeningRun:
         propose = self.proposals(batch)
         mixed: list[tuple[int, int, str]] = []  # (index, right probes, stratum when screened)
         agreeing: list[tuple[int, int, str, str]] = []  # the same and the direction of agreement
-        spent = missing = 0
-        missing = B
-        max_rounds = MAX_ROUNDS
+        spent, missing, max_rounds = 0, B, MAX_ROUNDS
         # Without latency the fixed budget is spent (GRPO's cost, as many groups as it buys). With latency a round
         # is paid for only if it does not pull the run's informative groups per completion-equivalent down.
         floor = self.rate() if self.latency > 0 else 0.0
@@ -597,7 +596,7 @@ class ScreeningRun:
             surplus = [item for i, item in enumerate(mixed) if i not in set(plan.mixed)]
             indices = [index for index, _, _ in done]
             right = np.array([r for _, r, _ in done], dtype=int) + self.right(indices, G - k)
-            self.train_groups(right, np.full(len(done), G))
+            self.train_groups(right, np.full(len(done), G), room=max(missing, 0) if fill else None)
             if plan.complete:
                 chosen = [agreeing[i] for i in plan.complete]
                 informative = (right[len(plan.mixed) :] > 0) & (right[len(plan.mixed) :] < G)
