@@ -573,8 +573,14 @@ class ScreeningRun:
                 values = []  # SPEED completes a prompt iff its probes are mixed
             if fill:
                 plan = plan_fill_round(
-                    missing, len(mixed), values, k, G, stream_rate(retention, q, k, G, self.latency, max(missing, 1)),
-                    q, screen_cap=0 if last else math.ceil(self.args.max_oversample * B),
+                    missing,
+                    len(mixed),
+                    values,
+                    k,
+                    G,
+                    stream_rate(retention, q, k, G, self.latency, max(missing, 1)),
+                    q,
+                    screen_cap=0 if last else math.ceil(self.args.max_oversample * B),
                 )
             else:
                 free = self.B * G - spent - len(mixed) * (G - k)
@@ -656,12 +662,17 @@ def screening_run(name: str, family: str, share: float, args: argparse.Namespace
         p0 = mix.draw(np.random.default_rng(key), args.dataset)
         if screen.mode == "refill":  # today's cost-aware planner, from the refill section above
             tally = run("cost-aware+skip" if screen.skip else "cost-aware", mix, p0, args, seed=key, latency=latency)
-            G_tally = Ledger(
-                completions=G * tally.generated, groups=tally.retained, informative_completions=G * tally.retained,
-                rounds=sum(tally.rounds), steps=args.steps, skipped=tally.skipped, visits=tally.generated,
+            refill_ledger = Ledger(
+                completions=G * tally.generated,
+                groups=tally.retained,
+                informative_completions=G * tally.retained,
+                rounds=sum(tally.rounds),
+                steps=args.steps,
+                skipped=tally.skipped,
+                visits=tally.generated,
                 short=tally.exhausted,
             )
-            ledger.add(G_tally)
+            ledger.add(refill_ledger)
         else:
             ledger.add(ScreeningRun(screen, mix, p0, args, seed=key, latency=latency).run())
     return ledger
@@ -709,15 +720,19 @@ def screening_sweep(args: argparse.Namespace) -> int:
             f"\n### {mix.name}: zero-variance share {zero_variance:.2f}; GRPO formula {1 / (1 - zero_variance):.2f}x G; "
             + ", ".join(f"k={k} no-history bound {bound:.2f}x G" for k, bound in bounds.items())
         )
-        print(f"{'strategy':<22} " + " ".join(f"{'L=' + format(L, 'g'):>7}" for L in latencies)
-              + "  groups/step  rounds/step  screened/step  dropped/step  agreeing completed/step  epochs  over budget"
-              + "  short")
+        print(
+            f"{'strategy':<22} "
+            + " ".join(f"{'L=' + format(L, 'g'):>7}" for L in latencies)
+            + "  groups/step  rounds/step  screened/step  dropped/step  agreeing completed/step  epochs  over budget"
+            + "  short"
+        )
         for name in names:
             rows = [ledgers[family, share, G, L, name] for L in latencies]
             base = rows[0]
             steps = max(base.steps, 1)
             print(
-                f"{name:<22} " + " ".join(f"{row.per_group(G, L) / G:>7.2f}" for row, L in zip(rows, latencies))
+                f"{name:<22} "
+                + " ".join(f"{row.per_group(G, L) / G:>7.2f}" for row, L in zip(rows, latencies))
                 + f"  {base.groups / steps:>11.1f}  {base.rounds / steps:>11.2f}  {base.screened / steps:>13.1f}"
                 + f"  {base.dropped / steps:>12.1f}"
                 + f"  {base.completed_agreeing / steps:>23.1f}  {base.visits / args.dataset / args.seeds:>6.1f}"
@@ -728,7 +743,9 @@ def screening_sweep(args: argparse.Namespace) -> int:
             refill = ledgers[family, share, G, L, "DAPO refill"].per_group(G, L)
             ok = ours <= refill
             failures += not ok
-            print(f"{'PASS' if ok else 'FAIL'}  {OURS} {ours / G:.2f}x G <= DAPO refill {refill / G:.2f}x G at L={L:g}")
+            print(
+                f"{'PASS' if ok else 'FAIL'}  {OURS} {ours / G:.2f}x G <= DAPO refill {refill / G:.2f}x G at L={L:g}"
+            )
         for name in names:
             over = ledgers[family, share, G, latencies[0], name].over_budget
             if over:

@@ -3,7 +3,6 @@ end to end with equal budgets and resumes. Never a gain: the smoke run's accurac
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -11,20 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load_ablation():
-    # benchmarks/ is not a package: load the script as a module (registered first, as its dataclasses need).
-    spec = importlib.util.spec_from_file_location("benchmark_ablation", ROOT / "benchmarks" / "ablation.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ablation = _load_ablation()
+ablation = load_benchmark("ablation")
 
 
 def _changed(a: dict, b: dict) -> set[str]:

@@ -4,7 +4,6 @@ right shape and the budget invariants hold. Never a gain: a few steps of a tiny 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import subprocess
 import sys
@@ -12,26 +11,26 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _load_benchmark():
-    # benchmarks/ is not a package: load the script as a module (registered first, as its dataclasses need).
-    spec = importlib.util.spec_from_file_location("benchmark_rollout_efficiency", ROOT / "benchmarks" / "rollout_efficiency.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load_benchmark()
+bench = load_benchmark("rollout_efficiency")
 
 
 def tiny_args(**overrides) -> argparse.Namespace:
     values = dict(
-        steps=4, groups=4, generations=8, dataset=64, seed=0, seeds=1, confidence=0.95, decay=0.8, window=1,
-        floor=0.1, churn=0.01, max_oversample=4.0,
+        steps=4,
+        groups=4,
+        generations=8,
+        dataset=64,
+        seed=0,
+        seeds=1,
+        confidence=0.95,
+        decay=0.8,
+        window=1,
+        floor=0.1,
+        churn=0.01,
+        max_oversample=4.0,
     )
     return argparse.Namespace(**{**values, **overrides})
 
@@ -86,7 +85,10 @@ def test_the_screening_sweep_runs_from_the_command_line():
     command = [sys.executable, str(ROOT / "benchmarks" / "rollout_efficiency.py"), "--screening", "--quick"]
     result = subprocess.run(
         [*command, "--steps", "3", "--groups", "4", "--dataset", "64", "--jobs", "1"],
-        capture_output=True, text=True, env=env, timeout=300,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
     )
     assert result.returncode in (0, 1), result.stderr  # 1: a target missed, which 3 steps say nothing about
     for name in bench.SCREEN_STRATEGIES:

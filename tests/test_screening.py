@@ -172,7 +172,9 @@ def test_the_stream_rate_is_the_better_of_the_two_policies_enumerated(population
 
 
 @given(stratum=successes, stream=successes, size=sizes, budget=st.integers(50, 500))
-def test_completing_an_agreeing_prompt_is_worth_it_iff_it_gains_groups_at_a_fixed_budget(stratum, stream, size, budget):
+def test_completing_an_agreeing_prompt_is_worth_it_iff_it_gains_groups_at_a_fixed_budget(
+    stratum, stream, size, budget
+):
     """Brute force: a budget spent on one agreeing prompt's completion plus the stream, against on the stream only."""
     k, G = size
     c = informative_after_agreement(
@@ -182,7 +184,10 @@ def test_completing_an_agreeing_prompt_is_worth_it_iff_it_gains_groups_at_a_fixe
     rate = max(policy_rate(stream, k, G, False), policy_rate(stream, k, G, True))
     with_it, without = c + rate * (budget - (G - k)), rate * budget
     opportunity = stream_rate(
-        float(np.mean([mixed_chance(p, G) for p in stream])), float(np.mean([mixed_chance(p, k) for p in stream])), k, G
+        float(np.mean([mixed_chance(p, G) for p in stream])),
+        float(np.mean([mixed_chance(p, k) for p in stream])),
+        k,
+        G,
     )
     if abs(with_it - without) > 1e-9:
         assert worth_completing(c, k, G, opportunity) == (with_it > without)
@@ -220,8 +225,7 @@ def simulate_budget_step(rng, success, budget, k, G, max_rounds, opportunity):
         values = [c for _, c in agreeing]
         plan = plan_budget_round(budget - spent, len(mixed_waiting), values, k, G, opportunity, last)
         spent += plan.completions(k, G)
-        for prompt in mixed_waiting:
-            trained += 1  # a mixed prompt is informative at G whatever the rest says
+        trained += len(mixed_waiting)  # a mixed prompt is informative at G whatever the rest says
         for i in plan.complete:
             prompt = agreeing[i][0]
             total = right[prompt] + rng.binomial(G - k, success[prompt % len(success)])
