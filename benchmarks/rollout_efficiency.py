@@ -51,10 +51,9 @@ from trl_dapo_ext.dynamic_sampling.screening import (
     AGREE_HIGH,
     AGREE_LOW,
     ScreeningEstimates,
-    plan_budget_round,
+    next_budget_round,
     plan_fill_round,
     probe_rule_bound,
-    screening_rate,
     stream_rate,
 )
 from trl_dapo_ext.dynamic_sampling.stream import RefillSampler
@@ -583,17 +582,22 @@ class ScreeningRun:
                     screen_cap=0 if last else math.ceil(self.args.max_oversample * B),
                 )
             else:
-                free = self.B * G - spent - len(mixed) * (G - k)
-                prompts = max(free // G, 1)
-                cap = B if round_index == 0 else math.ceil(self.args.max_oversample * B)
-                if round_index and screening_rate(q, k, G, self.latency, prompts) < floor:
-                    cap, last = 0, True  # a round of new prompts would pull the run's rate down: only completions
-                opportunity = floor if last else stream_rate(retention, q, k, G, self.latency, prompts)
-                plan = plan_budget_round(self.B * G - spent, len(mixed), values, k, G, opportunity, last, cap)
-                if not plan.mixed and plan.complete and not plan.screen:  # a round for agreeing prompts alone
-                    gain = sum(values[i] for i in plan.complete)
-                    if gain / (len(plan.complete) * (G - k) + self.latency) < floor:
-                        break
+                plan = next_budget_round(
+                    self.B * G - spent,
+                    len(mixed),
+                    values,
+                    k,
+                    G,
+                    retention,
+                    q,
+                    first_round=round_index == 0,
+                    last_round=last,
+                    latency=self.latency,
+                    floor=floor,
+                    screen_cap=B if round_index == 0 else math.ceil(self.args.max_oversample * B),
+                )
+                if plan is None:
+                    break
             if not (plan.mixed or plan.complete or plan.screen):
                 break
             # Completions: the mixed prompts planned (in fill mode the rest are surplus, dropped after k), then the

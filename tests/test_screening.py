@@ -20,6 +20,7 @@ from trl_dapo_ext.dynamic_sampling.screening import (
     completion_rate,
     informative_after_agreement,
     mixed_chance,
+    next_budget_round,
     plan_budget_round,
     plan_fill_round,
     probe_rule_bound,
@@ -213,8 +214,9 @@ def test_the_probe_rule_bound_is_the_best_of_every_rule_on_probe_counts(populati
     assert bound >= G - 1e-9  # never below the floor: every informative group holds G completions
 
 
-def simulate_budget_step(rng, success, budget, k, G, max_rounds, opportunity):
-    """One step of the fixed-budget mode on prompts with the given success chances (binary rewards)."""
+def simulate_budget_step(rng, success, budget, k, G, max_rounds, stream, latency, floor):
+    """One step of the fixed-budget mode on prompts with the given success chances (binary rewards), as the
+    trainer would run it: :func:`next_budget_round` until it says the step is done."""
     spent = rounds = found = trained = 0
     next_prompt = 0
     mixed_waiting: list[int] = []  # prompts whose probes differed
@@ -223,7 +225,12 @@ def simulate_budget_step(rng, success, budget, k, G, max_rounds, opportunity):
     while rounds < max_rounds:
         last = rounds == max_rounds - 1
         values = [c for _, c in agreeing]
-        plan = plan_budget_round(budget - spent, len(mixed_waiting), values, k, G, opportunity, last)
+        plan = next_budget_round(
+            budget - spent, len(mixed_waiting), values, k, G, *stream, rounds == 0, last, latency, floor
+        )
+        if plan is None:
+            assert not mixed_waiting  # a step never ends with a mixed prompt not completed
+            break
         spent += plan.completions(k, G)
         trained += len(mixed_waiting)  # a mixed prompt is informative at G whatever the rest says
         for i in plan.complete:
@@ -241,8 +248,6 @@ def simulate_budget_step(rng, success, budget, k, G, max_rounds, opportunity):
             else:
                 agreeing.append((prompt, float(rng.random())))
         rounds += 1
-        if not plan.screen and not mixed_waiting and (last or not plan.complete):
-            break
     return spent, found, trained, mixed_waiting
 
 
@@ -252,16 +257,18 @@ def simulate_budget_step(rng, success, budget, k, G, max_rounds, opportunity):
     size=st.integers(3, 16).flatmap(lambda G: st.tuples(st.integers(2, G - 1), st.just(G))),
     prompts=st.integers(1, 16),
     max_rounds=st.integers(2, 10),
-    opportunity=st.floats(0.0, 0.5),
+    stream=st.tuples(st.floats(0.0, 1.0), st.floats(0.0, 1.0)),  # the stream's estimates: retention, mixed rate
+    latency=st.floats(0.0, 100.0),
+    floor=st.floats(0.0, 0.5),
     seed=st.integers(0, 2**16),
 )
 def test_a_fixed_budget_step_never_exceeds_its_budget_and_completes_every_mixed_prompt(
-    population, size, prompts, max_rounds, opportunity, seed
+    population, size, prompts, max_rounds, stream, latency, floor, seed
 ):
     k, G = size
     budget = prompts * G
     spent, found, trained, waiting = simulate_budget_step(
-        np.random.default_rng(seed), population, budget, k, G, max_rounds, opportunity
+        np.random.default_rng(seed), population, budget, k, G, max_rounds, stream, latency, floor
     )
     assert spent <= budget
     assert not waiting or max_rounds == 1  # the last round screens nothing, so nothing found is left waiting

@@ -325,6 +325,57 @@ def plan_budget_round(
     return ScreeningRound(tuple(range(mixed)), tuple(sorted(complete)), screen)
 
 
+def next_budget_round(
+    budget_left: int,
+    mixed: int,
+    agreeing: Sequence[float],
+    probes: int,
+    generations: int,
+    retention: float,
+    mixed_rate: float,
+    first_round: bool,
+    last_round: bool,
+    latency: float = 0.0,
+    floor: float = 0.0,
+    screen_cap: int | None = None,
+) -> ScreeningRound | None:
+    """The fixed-budget step's next round (:func:`plan_budget_round` with the stream's rate), ``None``: step done.
+
+    ``retention`` / ``mixed_rate``: the stream's estimates (:class:`ScreeningEstimates`). ``floor``: informative groups
+    per completion-equivalent a round must not fall below; 0 spends the budget (right without round latency), the
+    run's rate so far makes every round pay its ``latency``. After the first round, new prompts are screened only if
+    their rate, the latency of the round that completes them included, reaches the floor; otherwise this round is
+    the last (completions only). A round that would only complete agreeing prompts runs only if its expected groups
+    per completion-equivalent reach the floor.
+
+    Example (G = 8, k = 2, 14 completions left, 1 mixed prompt, an agreeing one with c = 0.4; stream q = 0.25):
+        >>> next_budget_round(14, 1, [0.4], 2, 8, retention=0.5, mixed_rate=0.25, first_round=False, last_round=False)
+        ScreeningRound(mixed=(0,), complete=(), screen=1)
+
+        c / 6 = 0.067 is below the stream's 0.071: the 8 left screen a new prompt. At a latency of 64 that prompt
+        would pay a round of its own, 0.25 / (3.5 + 64) = 0.004 groups per completion-equivalent, below a floor of
+        0.05: no new prompt, this is the last round and the agreeing prompt (0.067 >= 0.05) is completed instead:
+
+        >>> next_budget_round(14, 1, [0.4], 2, 8, 0.5, 0.25, first_round=False, last_round=False, latency=64.0,
+        ...                   floor=0.05)
+        ScreeningRound(mixed=(0,), complete=(0,), screen=0)
+        >>> next_budget_round(6, 0, [0.4], 2, 8, 0.5, 0.25, first_round=False, last_round=True, latency=64.0,
+        ...                   floor=0.05) is None  # 0.4 groups for 6 + 64 alone: not worth a round
+        True
+    """
+    rest = generations - probes
+    prompts = max((budget_left - mixed * rest) // generations, 1)
+    if not first_round and screening_rate(mixed_rate, probes, generations, latency, prompts) < floor:
+        screen_cap, last_round = 0, True
+    opportunity = floor if last_round else stream_rate(retention, mixed_rate, probes, generations, latency, prompts)
+    plan = plan_budget_round(budget_left, mixed, agreeing, probes, generations, opportunity, last_round, screen_cap)
+    if not plan.mixed and plan.complete and not plan.screen:
+        gain = sum(agreeing[i] for i in plan.complete)
+        if gain / (len(plan.complete) * rest + latency) < floor:
+            return None
+    return plan if plan.mixed or plan.complete or plan.screen else None
+
+
 def plan_fill_round(
     missing: int,
     mixed: int,
