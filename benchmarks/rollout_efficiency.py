@@ -55,6 +55,7 @@ from trl_dapo_ext.dynamic_sampling.screening import (
     plan_fill_round,
     probe_rule_bound,
     stream_rate,
+    worth_screening,
 )
 from trl_dapo_ext.dynamic_sampling.stream import RefillSampler
 
@@ -395,6 +396,7 @@ class Ledger:
     visits: int = 0  # prompts generated for at all: visits / dataset = epochs of history
     over_budget: int = 0  # steps that generated more than B x G (fixed-budget modes: must stay 0)
     short: int = 0  # steps that trained on fewer than B groups (fill modes: exhausted)
+    full_steps: int = 0  # fixed-budget steps of full groups: screening could not pay its extra round's latency
 
     def add(self, other: Ledger) -> None:
         for name in self.__dataclass_fields__:
@@ -647,7 +649,33 @@ class ScreeningRun:
             self.ledger.dropped += len(items)
 
     def budget_step(self, step: int, batch: list[int]) -> None:
-        self.screening_step(step, batch, fill=False)
+        if worth_screening(self.estimates.retention(), self.k, self.G, self.latency, self.B):
+            self.screening_step(step, batch, fill=False)
+        else:
+            self.full_step(step, batch)
+
+    def full_step(self, step: int, batch: list[int]) -> None:
+        """One round of full groups (GRPO's step, history skipping included) when screening cannot pay its extra
+        round. The first k completions of each group are its probes for the estimates, which keep learning."""
+        k, G = self.k, self.G
+        indices = self.admit(self.proposals(batch), self.B, step, 1)
+        strata = [self.history.stratum(index) for index in indices]
+        probes = self.right(indices, k)
+        right = probes + self.right(indices, G - k)
+        is_mixed = (probes > 0) & (probes < k)
+        self.estimates.observe_probes(strata, is_mixed.tolist())
+        agreeing = np.flatnonzero(~is_mixed)
+        self.estimates.observe_completions(
+            [strata[i] for i in agreeing],
+            [AGREE_HIGH if probes[i] == k else AGREE_LOW for i in agreeing],
+            ((right[agreeing] > 0) & (right[agreeing] < G)).tolist(),
+        )
+        self.train_groups(right, np.full(len(indices), G))
+        self.record(indices, right, G)
+        self.ledger.completions += len(indices) * G
+        self.ledger.rounds += 1
+        self.ledger.visits += len(indices)
+        self.ledger.full_steps += 1
 
     def fill_step(self, step: int, batch: list[int]) -> None:
         self.screening_step(step, batch, fill=True)
@@ -728,7 +756,7 @@ def screening_sweep(args: argparse.Namespace) -> int:
             f"{'strategy':<22} "
             + " ".join(f"{'L=' + format(L, 'g'):>7}" for L in latencies)
             + "  groups/step  rounds/step  screened/step  dropped/step  agreeing completed/step  epochs  over budget"
-            + "  short"
+            + f"  short  full steps at L={latencies[-1]:g}"
         )
         for name in names:
             rows = [ledgers[family, share, G, L, name] for L in latencies]
@@ -740,7 +768,7 @@ def screening_sweep(args: argparse.Namespace) -> int:
                 + f"  {base.groups / steps:>11.1f}  {base.rounds / steps:>11.2f}  {base.screened / steps:>13.1f}"
                 + f"  {base.dropped / steps:>12.1f}"
                 + f"  {base.completed_agreeing / steps:>23.1f}  {base.visits / args.dataset / args.seeds:>6.1f}"
-                + f"  {base.over_budget:>11}  {base.short:>5}"
+                + f"  {base.over_budget:>11}  {base.short:>5}  {rows[-1].full_steps / steps:>11.0%}"
             )
         for L in latencies:
             ours = ledgers[family, share, G, L, OURS].per_group(G, L)

@@ -27,6 +27,7 @@ from trl_dapo_ext.dynamic_sampling.screening import (
     screening_rate,
     stream_rate,
     worth_completing,
+    worth_screening,
 )
 
 successes = st.lists(st.floats(0.0, 1.0), min_size=1, max_size=6)
@@ -120,6 +121,26 @@ def test_worked_estimates_and_checkpoint():
 
 
 # --- properties against brute force --------------------------------------------------------------------------------
+
+
+@given(population=successes, size=sizes, latency=st.floats(0.0, 500.0), prompts=st.integers(1, 64))
+def test_screening_is_worth_it_only_if_even_perfect_screening_beats_full_groups(population, size, latency, prompts):
+    """Brute force: the expected cost of the best screening there is (completing exactly the prompts informative at
+    G, decided by an oracle after the probes) in two rounds, against full groups in one, for the same groups."""
+    k, G = size
+    r = float(np.mean([mixed_chance(p, G) for p in population]))
+    perfect = full = 0.0
+    for p in population:
+        for j, m, chance in outcome_law(p, k, G):
+            informative = 0 < j + m < G
+            perfect += chance * (k + (G - k) * informative)
+            full += chance * G
+    perfect = prompts * perfect / len(population) + 2 * latency
+    full = prompts * full / len(population) + latency
+    if abs(perfect - full) > 1e-6:
+        assert worth_screening(r, k, G, latency, prompts) == (perfect < full)
+    # worked numbers: 32 prompts, G = 8, k = 2, r = 0.8 saves at most 32 * 6 * 0.2 = 38.4 completions
+    assert worth_screening(0.8, 2, 8, 38.0, 32) and not worth_screening(0.8, 2, 8, 39.0, 32)
 
 
 @given(p=st.floats(0.0, 1.0), k=st.integers(1, 8))

@@ -113,6 +113,22 @@ def stream_rate(
     return max(screening_rate(mixed_rate, probes, generations, latency, prompts), full)
 
 
+def worth_screening(retention: float, probes: int, generations: int, latency: float, prompts: int) -> bool:
+    """Whether a step should screen its ``prompts`` at all, rather than generate full groups in one round.
+
+    Screening needs a second round (latency L) to complete what its probes found. Even with perfect screening
+    (completing exactly the prompts informative at G) it pays ``n (k + r (G - k)) + 2 L`` for the ``n r`` groups
+    that full groups buy for ``n G + L``. So it can only win when ``L < n (G - k) (1 - r)``: rounds are cheap next
+    to the completions that dropping the zero-variance share saves. Without latency it always can (``r < 1``).
+
+    Example (32 prompts, G = 8, k = 2, retention 0.8: screening saves at most 32 * 6 * 0.2 = 38.4 completions):
+        >>> worth_screening(0.8, 2, 8, latency=16.0, prompts=32), worth_screening(0.8, 2, 8, latency=64.0, prompts=32)
+        (True, False)
+    """
+    _check(probes, generations)
+    return latency < prompts * (generations - probes) * (1.0 - retention)
+
+
 def worth_completing(after_agreement: float, probes: int, generations: int, opportunity: float) -> bool:
     """Whether an agreeing prompt is completed: its :func:`completion_rate` reaches the ``opportunity`` rate.
 
