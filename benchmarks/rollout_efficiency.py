@@ -828,7 +828,8 @@ def history_sweep(args: argparse.Namespace) -> None:
             )
 
 
-def main() -> int:
+def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, with the defaults that depend on the mode filled in."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, help="default 200; with --screening 150, with --quick 60")
     parser.add_argument("--groups", type=int, default=32, help="informative groups needed per step")
@@ -849,12 +850,18 @@ def main() -> int:
     parser.add_argument("--max-oversample", type=float, default=4.0, help="--screening: prompts per round / batch")
     parser.add_argument("--screen-latencies", type=float, nargs="*", default=SCREEN_LATENCIES)
     parser.add_argument("--history-datasets", type=int, nargs="*", default=[2048, 8192], help="--screening: sizes")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.screening:  # a small dataset: several epochs of history to skip on, as GRESO needs
-        args.steps = args.steps or (60 if args.quick else 150)
-        args.dataset = args.dataset or 512
+        args.steps, args.dataset = args.steps or (60 if args.quick else 150), args.dataset or 512
+    else:
+        args.steps, args.dataset = args.steps or 200, args.dataset or 2048
+    return args
+
+
+def main() -> int:
+    args = parse_arguments()
+    if args.screening:
         return 1 if screening_sweep(args) else 0
-    args.steps, args.dataset = args.steps or 200, args.dataset or 2048
     started = time.perf_counter()
     total_steps = args.steps * args.seeds
     G = args.generations

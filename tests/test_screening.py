@@ -230,7 +230,7 @@ def test_the_probe_rule_bound_is_the_best_of_every_rule_on_probe_counts(populati
         if groups > 1e-12:
             best = min(best, cost / groups)
     bound, _ = probe_rule_bound(np.array(population), k, G)
-    if math.isfinite(best):
+    if best < 1e4 * G:  # past that 1 - p^k - (1 - p)^k cancels (p near 0 or 1): both sides lose digits
         assert bound == pytest.approx(best, rel=1e-9)
     assert bound >= G - 1e-9  # never below the floor: every informative group holds G completions
 
