@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections import defaultdict
 from statistics import mean, stdev
 
@@ -593,7 +592,9 @@ def test_cost_aware_planner_logs_expected_and_realised_cost(make_model, tokenize
     for h in logs:
         latency = h[N.DYNAMIC_SAMPLING_ROUND_LATENCY]
         assert latency == 16.0 or measure
-        assert h[N.DYNAMIC_SAMPLING_REALISED_COST] == pytest.approx(realised_cost(h, trainer.accelerator.num_processes))
+        assert h[N.DYNAMIC_SAMPLING_REALISED_COST] == pytest.approx(
+            realised_cost(h, trainer.accelerator.num_processes)
+        )
         assert h[N.DYNAMIC_SAMPLING_EXPECTED_COST] > 0 and 0.0 <= h[N.DYNAMIC_SAMPLING_PLANNED_FILL_CHANCE] <= 1.0
         assert h[N.DYNAMIC_SAMPLING_GENERATION_SECONDS] > 0
     # Every round's time reached the cost model: one observation per generation call.
