@@ -286,7 +286,9 @@ class ScreeningCollector(BatchCollector):
             self.attempted_rewards.append(
                 self.trainer.accelerator.gather(torch.cat([p.rewards_per_func for p in self.kept + sum(fillers, [])]))
             )
-        return self._assemble(self.kept + [part for group in fillers for part in group], len(fillers), retained_per_process)
+        return self._assemble(
+            self.kept + [part for group in fillers for part in group], len(fillers), retained_per_process
+        )
 
     def _generated_completions(self) -> int:
         return self.generated_rows

@@ -114,7 +114,9 @@ PANELS: tuple[Panel, ...] = (
             Series("dynamic_sampling/screened_prompts", "prompts screened"),
             Series("dynamic_sampling/completed_prompts", "completed to a group"),
             Series("dynamic_sampling/dropped_prompts", "dropped after their probes"),
-            Series("dynamic_sampling/completions_per_informative_group", "completions per informative group", right=True),
+            Series(
+                "dynamic_sampling/completions_per_informative_group", "completions per informative group", right=True
+            ),
         ),
         ylabel="prompts",
         right_ylabel="completions",
