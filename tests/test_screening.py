@@ -11,8 +11,8 @@ import hashlib
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
 from helpers import grpo_kwargs
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_dynamic_sampling import G, build, ds_logs, kinds_dataset, prompt_kinds
 from test_fill_loss import LOSS_TYPES, assert_same_gradients, gradients, move_off_policy, without_rows

@@ -284,7 +284,7 @@ class BatchCollector:
 
     def _finish(self) -> dict[str, torch.Tensor | Any]:
         """Complete the batch with fill groups if allowed (or raise), assemble it and log the step's metrics."""
-        trainer, target = self.trainer, self.target
+        target = self.target
         retained_per_process = [min(kept, target) for kept in self.kept_per_process]
         missing = target - sum(len(part.origin) for part in self.kept) // self.num_generations
         if min(retained_per_process) < target:
