@@ -67,6 +67,11 @@ VARIANTS = {
 }
 
 
+def ratio(numerator: float, denominator: float) -> float:
+    """numerator / denominator, NaN when nothing was retained (a warm start too weak to solve anything)."""
+    return numerator / denominator if denominator else float("nan")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=150)
@@ -107,6 +112,7 @@ def main(argv: list[str] | None = None) -> None:
             disable_tqdm=True,
             dynamic_sampling=True,
             dynamic_sampling_max_rounds=10,
+            dynamic_sampling_on_exhausted="fill",  # a step the rounds cannot fill trains masked, not stops
             **features,
         )
         trainer = DAPOTrainer(
@@ -124,9 +130,10 @@ def main(argv: list[str] | None = None) -> None:
         latency = logs[-1].get(N.DYNAMIC_SAMPLING_ROUND_LATENCY, float("nan"))
         latency_text = f"{latency:>8.1f}" if "measured" in name else f"{'':>8}"
         print(
-            f"{name:<28} {generated / retained / 8:>20.2f}x {generated / informative / 8:>15.2f}x {rounds:>12.2f} "
+            f"{name:<28} {ratio(generated, retained * 8):>20.2f}x {ratio(generated, informative * 8):>15.2f}x "
+            f"{rounds:>12.2f} "
             f"{surplus:>13.2f} "
-            f"{seconds / retained:>11.4f} {latency_text}"
+            f"{ratio(seconds, retained):>11.4f} {latency_text}"
         )
         if trainer.dynamic_sampling.planner is not None:
             for completions, round_seconds in trainer.dynamic_sampling.planner.cost_model.rounds:
