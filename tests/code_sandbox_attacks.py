@@ -18,22 +18,10 @@ import time
 from reward_funcs import make_code_reward, run_code_tests
 from reward_funcs.code.formats import stdout_matches, values_match
 
-HE38_TESTS = '''
-def check(candidate):
-    from random import randint, choice
-    import string
-    letters = string.ascii_lowercase
-    for _ in range(100):
-        s = ''.join(choice(letters) for i in range(randint(10, 20)))
-        encoded_str = encode_cyclic(s)
-        assert candidate(encoded_str) == s
-'''
-ENCODE_CYCLIC = '''
-def encode_cyclic(s: str):
-    groups = [s[(3 * i):min((3 * i + 3), len(s))] for i in range((len(s) + 2) // 3)]
-    groups = [(group[1:] + group[0]) if len(group) == 3 else group for group in groups]
-    return "".join(groups)
-'''
+# HumanEval/38: the test program and the prompt's helper.
+from test_code_rewards_programs import CYCLIC_TESTS as HE38_TESTS  # noqa: E402
+from test_code_rewards_programs import ENCODE as ENCODE_CYCLIC  # noqa: E402
+
 PLANT = ENCODE_CYCLIC + r'''
 import os
 def _plant():
