@@ -126,15 +126,16 @@ def hog(mb_shm, mb_memfd):
 
 def host_memory(isolation: str) -> dict:
     """Item 4: SysV segments and memfds beyond memory_mb=128 (max_procs=2)."""
+    def segments() -> set[str]:  # SysV shm ids on the host
+        return {ln.split()[1] for ln in open("/proc/sysvipc/shm").read().splitlines()[1:]}
+
+    before = segments()
     tests = {"fn_name": "hog", "inputs": [[512, 512]], "outputs": [[0, 0]]}
     r = run_code_tests(HOG, tests, timeout_s=30, memory_mb=128, max_procs=2, isolation=isolation)
-    segments = [ln.split() for ln in open("/proc/sysvipc/shm").read().splitlines()[1:]]
-    from reward_funcs.code.sandbox import _UID_BASE
-
-    return {
-        "outcomes": [(o.outcome, o.detail) for o in r.outcomes],
-        "left": sum(1 for f in segments if int(f[7]) >= _UID_BASE or int(f[7]) == os.getuid()),
-    }
+    left = segments() - before
+    for shmid in left:  # the unfixed root fallback left them on the host: remove them
+        subprocess.run(["ipcrm", "-m", shmid], check=False)
+    return {"outcomes": [(o.outcome, o.detail) for o in r.outcomes], "left": len(left)}
 
 
 LOOKUP = """
@@ -277,6 +278,17 @@ def stale_scratch(isolation: str) -> dict:
     left = sorted(os.listdir(base))
     subprocess.run(["rm", "-rf", base])
     return {"fraction": r.fraction, "left": [n.rsplit("-", 1)[1] for n in left]}
+
+
+def control_characters(isolation: str) -> dict:
+    """Also: text the candidate controls (an exception message, a test's assert message quoting its value) reaches
+    the trainer's logs as plain one-line text, with no terminal escape or forged line."""
+    evil = "\x1b[2J\nINFO all tests passed"
+    code = f"def f(x):\n    raise ValueError({evil!r})\ndef g(x):\n    return {evil!r}\n"
+    details = [o.detail for o in run_code_tests(code, "assert f(1) == 2", isolation=isolation).outcomes]
+    program = "for i in range(2):\n    got = g(i)\n    assert got == 'x', 'the solution returned ' + got\n"
+    details += [o.detail for o in run_code_tests(code, program, isolation=isolation).outcomes]
+    return {"printable": [d.isprintable() and "INFO all tests passed" in d for d in details]}
 
 
 if __name__ == "__main__":

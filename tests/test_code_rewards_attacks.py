@@ -100,11 +100,8 @@ def test_hash_colliding_set_is_rejected_not_decoded(backend):
 def test_sysv_shm_and_memfd_cannot_hold_memory(backend):
     """Item 4: with memory_mb=128 the candidate holds no SysV segment or memfd, and none outlives the run."""
     got = attack("host_memory", backend)
-    (outcome, detail), = got["outcomes"]
-    assert outcome == "passed" or "PermissionError" in detail or outcome == "failed", got
+    assert [o for o, _ in got["outcomes"]] == ["passed"], got  # hog() held [0 MiB of SysV shm, 0 MiB of memfd]
     assert got["left"] == 0, got
-    if outcome == "failed":  # the hog ran to its end: it must have held nothing
-        pytest.fail(f"the hog returned without EPERM: {got}")
 
 
 def test_split_setup_sends_no_expected_value(backend):
@@ -151,6 +148,11 @@ def test_tests_own_helper_wins_and_stays_test_side(backend):
 def test_stale_scratch_of_dead_trainers_is_removed(backend):
     """Also: a killed trainer's scratch is removed at the next start; a live process's is kept."""
     assert attack("stale_scratch", backend) == {"fraction": 1.0, "left": ["y"]}
+
+
+def test_candidate_text_reaches_the_logs_printable(backend):
+    """Also: terminal escapes and newlines in an exception message or an assert message become '?'."""
+    assert attack("control_characters", backend) == {"printable": [True, True]}
 
 
 VICTIM = """
