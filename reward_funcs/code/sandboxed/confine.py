@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import platform
 import resource
 import signal
 import struct
@@ -29,7 +28,7 @@ MINIMAL_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "OMP_N
 SANDBOXED_PARENT = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 CLONE_NEWNS = 0x20000
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
-# Per architecture (``platform.machine()``): the audit arch and the numbers of memfd_create and shmget. Memory in a
+# Per architecture (``os.uname().machine``): the audit arch and the numbers of memfd_create and shmget. Memory in a
 # memfd or a detached SysV segment escapes RLIMIT_AS: 128 MiB of address space held 1.1 GiB of host memory.
 _SECCOMP_ARCH = {"x86_64": (0xC000003E, (319, 29)), "aarch64": (0xC00000B7, (279, 194))}
 
@@ -92,7 +91,7 @@ def private_tmp(file_mb: int) -> None:
 def deny_unbounded_memory() -> None:
     """seccomp: ``memfd_create`` and ``shmget`` fail with EPERM (other architectures' system calls too), so memory
     outside the address space cannot pile up; needs ``no_new_privs``. No filter on architectures not listed."""
-    arch, denied = _SECCOMP_ARCH.get(platform.machine(), (None, ()))
+    arch, denied = _SECCOMP_ARCH.get(os.uname().machine, (None, ()))
     if arch is None:
         return
     ld_abs, jeq, ret = 0x20, 0x15, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_RET|BPF_K
@@ -100,7 +99,7 @@ def deny_unbounded_memory() -> None:
     prog = [(ld_abs, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, deny), (ld_abs, 0, 0, 0)]
     prog += [(jeq, len(denied) - i, 0, nr) for i, nr in enumerate(denied)]
     prog += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
-    if platform.machine() == "x86_64":  # x32 system calls (nr | 0x40000000) share the arch: deny them
+    if os.uname().machine == "x86_64":  # x32 system calls (nr | 0x40000000) share the arch: deny them
         prog[4:4] = [(0x35, len(prog) - 5, 0, 0x40000000)]  # BPF_JMP|BPF_JGE|BPF_K -> the final deny
     raw = ctypes.create_string_buffer(b"".join(struct.pack("HBBI", *ins) for ins in prog))
     fprog = struct.pack("HxxxxxxP", len(prog), ctypes.addressof(raw))
