@@ -54,13 +54,13 @@ def isolation(request):
 
 # What the current test started (set by `host_unharmed`): its sandbox uids and its scratch root. The checks look at
 # these only, so another sandbox user on the machine (a second test run, a trainer) cannot fail them.
-_OWN: dict = {"uids": set(), "root": None}
+_OWN: dict = {"uids": set(), "root": None, "older": set()}  # older: descendants from before the test
 
 
 def _sandbox_procs() -> list[psutil.Process]:
     """This test's sandbox processes: of its uids, with its scratch root in their environment (the fallbacks'
     TMPDIR), or descendants of this process (the namespace backends' supervisors)."""
-    found = {p.pid: p for p in psutil.Process().children(recursive=True)}
+    found = {p.pid: p for p in psutil.Process().children(recursive=True) if p.pid not in _OWN["older"]}
     for p in psutil.process_iter(["uids", "environ"]):
         try:
             tmpdir = (p.info["environ"] or {}).get("TMPDIR", "")
@@ -94,9 +94,10 @@ def _marker_files() -> list[str]:
 
 
 @pytest.fixture(autouse=True)
-def host_unharmed(monkeypatch):
+def host_unharmed(monkeypatch, tmp_path_factory):
     """The test's runs use a scratch root and uids of their own; afterwards none of their processes, marker files
     or scratch folders may be left."""
+    tmp_path_factory.getbasetemp()  # pytest's own temp folder, made before the temp dir points at our root
     root = tempfile.mkdtemp(prefix="sandbox-test-", dir="/tmp")
     os.chmod(root, 0o755)  # the root fallback's uids pass through it to their folders
     monkeypatch.setattr(tempfile, "tempdir", root)
@@ -108,7 +109,7 @@ def host_unharmed(monkeypatch):
         return uid
 
     monkeypatch.setattr(sandbox, "_allocate_uids", recording)
-    _OWN.update(uids=set(), root=root)
+    _OWN.update(uids=set(), root=root, older={p.pid for p in psutil.Process().children(recursive=True)})
     try:
         yield
         time.sleep(0.05)  # give a surviving orphan a moment to show itself (the orphan test waits longer)
@@ -119,7 +120,7 @@ def host_unharmed(monkeypatch):
         assert leftovers == [], "files written outside the scratch directory survived"
         assert glob.glob(os.path.join(root, "code-sandbox-*")) == [], "scratch folders survived the run"
     finally:
-        _OWN.update(uids=set(), root=None)
+        _OWN.update(uids=set(), root=None, older=set())
         subprocess.run(["rm", "-rf", root], check=False)
 
 
