@@ -15,14 +15,16 @@ import sys
 import tempfile
 import time
 
-from reward_funcs import make_code_reward, run_code_tests
-from reward_funcs.code.formats import stdout_matches, values_match
-
 # HumanEval/38: the test program and the prompt's helper.
 from test_code_rewards_programs import CYCLIC_TESTS as HE38_TESTS  # noqa: E402
 from test_code_rewards_programs import ENCODE as ENCODE_CYCLIC  # noqa: E402
 
-PLANT = ENCODE_CYCLIC + r'''
+from reward_funcs import make_code_reward, run_code_tests
+from reward_funcs.code.formats import stdout_matches, values_match
+
+PLANT = (
+    ENCODE_CYCLIC
+    + r"""
 import os
 def _plant():
     for pid in (1, os.getppid()):  # the supervisor: PID 1 (namespaces) or our parent
@@ -47,7 +49,8 @@ except Exception:
     pass
 def decode_cyclic(s):
     return "definitely wrong"
-'''
+"""
+)
 
 
 def oracle_import_hijack(isolation: str) -> dict:
@@ -75,7 +78,7 @@ def float_tol_overflow(isolation: str) -> dict:
     """Item 2: a huge int against a float expected value with float_tol."""
     reward = make_code_reward(float_tol=1e-6, isolation=isolation)
     tests = ['{"fn_name": "f", "inputs": [[1]], "outputs": [2.5]}'] * 2
-    good, evil = ("```python\ndef f(x):\n    return %s\n```" % v for v in ("2.5", "10**400"))
+    good, evil = (f"```python\ndef f(x):\n    return {v}\n```" for v in ("2.5", "10**400"))
     try:
         return {"scores": reward([good, evil], tests=tests)}
     except BaseException as exc:
@@ -95,7 +98,7 @@ def hash_collision_decode(isolation: str) -> dict:
     return {"outcomes": [o.outcome for o in r.outcomes]}
 
 
-HOG = r'''
+HOG = r"""
 import ctypes, os
 def hog(mb_shm, mb_memfd):
     libc = ctypes.CDLL(None, use_errno=True)
@@ -121,11 +124,12 @@ def hog(mb_shm, mb_memfd):
         fds.append(fd)
         memfd += 15
     return [shm, memfd]
-'''
+"""
 
 
 def host_memory(isolation: str) -> dict:
     """Item 4: SysV segments and memfds beyond memory_mb=128 (max_procs=2)."""
+
     def segments() -> set[str]:  # SysV shm ids on the host
         return {ln.split()[1] for ln in open("/proc/sysvipc/shm").read().splitlines()[1:]}
 
@@ -185,7 +189,7 @@ def parent_memory(isolation: str) -> dict:
     code = (
         "import os\ndef _w(b):\n    while b:\n        b = b[os.write(3, b):]\n"
         "_w(b'{\"k\":-1,\"o\":\"loaded\"}\\n')\nbody = b'[' + b'[],' * 1300000 + b'[]]'\n"
-        "for k in range(8):\n    _w(b'{\"k\":%d,\"o\":\"ok\",\"v\":' % k + body + b'}\\n')\nos._exit(0)\n"
+        'for k in range(8):\n    _w(b\'{"k":%d,"o":"ok","v":\' % k + body + b\'}\\n\')\nos._exit(0)\n'
     )
     before = hwm()
     tests = {"fn_name": "f", "inputs": [[i] for i in range(8)], "outputs": [1] * 8}

@@ -82,8 +82,17 @@ def test_planted_module_does_not_reach_the_oracle(backend):
     got = attack("oracle_import_hijack", backend)
     assert got["out"].startswith("0.0 ['failed']"), got
     if backend != "user":  # the user fallback shares the trainer's uid: it can write the checkout (documented)
-        assert got["planted"] == ["__init__.py", "asserts.py", "extract.py", "formats.py", "plain_eval.py",
-                                  "reward.py", "runner.py", "sandbox.py", "source_names.py"], got
+        assert got["planted"] == [
+            "__init__.py",
+            "asserts.py",
+            "extract.py",
+            "formats.py",
+            "plain_eval.py",
+            "reward.py",
+            "runner.py",
+            "sandbox.py",
+            "source_names.py",
+        ], got
 
 
 def test_huge_int_with_float_tol_scores_zero(backend):
@@ -191,7 +200,14 @@ def test_concurrent_trainers_never_share_a_uid(backend, tmp_path):
     killer = tmp_path / "killer.py"
     killer.write_text(KILLER.format(iso=iso, ready=ready, py=sys.executable, victim=victim))
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    cmd = ["unshare", "--pid", "--fork", "--mount-proc", "sh", "-c",
-           f"echo 99 > /proc/sys/kernel/ns_last_pid; exec {sys.executable} {killer}"]
+    cmd = [
+        "unshare",
+        "--pid",
+        "--fork",
+        "--mount-proc",
+        "sh",
+        "-c",
+        f"echo 99 > /proc/sys/kernel/ns_last_pid; exec {sys.executable} {killer}",
+    ]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
     assert out.stdout.strip().splitlines()[-1:] == ["['passed']"], out.stdout + out.stderr[-2000:]

@@ -10,14 +10,14 @@ import struct
 import sys
 
 from .os_calls import (
+    MS_NODEV,
+    MS_NOSUID,
     PR_CAP_AMBIENT,
     PR_CAP_AMBIENT_CLEAR_ALL,
     PR_CAPBSET_DROP,
     PR_SET_NO_NEW_PRIVS,
     PR_SET_PDEATHSIG,
     PR_SET_SECUREBITS,
-    MS_NODEV,
-    MS_NOSUID,
     libc,
     mount,
     prctl,

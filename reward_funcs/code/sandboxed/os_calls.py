@@ -145,7 +145,7 @@ def printable(text: object, limit: int = 500) -> str:
     """A detail the candidate wrote, as plain one-line text: control characters (terminal escapes, newlines that
     would forge log lines) become ``?``, at most ``limit`` characters.
 
-    >>> printable("ok\x1b[2J\nPASSED")
+    >>> printable("ok\\x1b[2J\\nPASSED")
     'ok?[2J?PASSED'
     """
     text = text if type(text) is str else type(text).__name__  # str() of a 900-deep list would raise
