@@ -7,6 +7,8 @@ backend:
 * the canonical solution (prompt + ``canonical_solution``): should pass;
 * two wrong solutions (the body replaced by ``return None`` and by ``raise NotImplementedError``): should fail.
 
+The tests get the prompt's helper functions (see :func:`prompt_helpers`), as a training dataset's ``tests`` should.
+
 It prints the pass counts, the false positives (a wrong solution that passed), how each test program was run (split
 into probes or as one program) and the wall time, e.g.::
 
@@ -16,6 +18,7 @@ into probes or as one program) and the wall time, e.g.::
 from __future__ import annotations
 
 import argparse
+import ast
 import collections
 import gzip
 import json
@@ -43,6 +46,19 @@ def load_problems(wheel: str | None) -> list[dict]:
     return [json.loads(line) for line in data.decode().splitlines() if line.strip()]
 
 
+def prompt_helpers(prompt: str, entry_point: str) -> str:
+    """The prompt's imports and top-level functions other than the entry point (``encode_cyclic`` for HumanEval/38,
+    ``poly`` for /32): the tests call them, so they belong test-side, where the tests' own definition wins over any
+    the solution brings (an identity ``encode_cyclic`` with an identity ``decode_cyclic`` would pass otherwise)."""
+    keep = [
+        node
+        for node in ast.parse(prompt).body
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        or (isinstance(node, ast.FunctionDef) and node.name != entry_point)
+    ]
+    return "".join(ast.get_source_segment(prompt, node) + "\n\n" for node in keep)
+
+
 def wrong_solutions(problem: dict) -> list[str]:
     return [problem["prompt"] + "    return None\n", problem["prompt"] + "    raise NotImplementedError\n"]
 
@@ -59,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     passed, false_pos, failures = 0, 0, []
     start = time.perf_counter()
     for p in problems:
-        tests = p["test"] + f"\ncheck({p['entry_point']})\n"
+        tests = prompt_helpers(p["prompt"], p["entry_point"]) + p["test"] + f"\ncheck({p['entry_point']})\n"
         kinds["program" if plan_asserts(tests, p["entry_point"]).program is not None else "split"] += 1
         run = dict(isolation=args.isolation, timeout_s=args.timeout, entry_point=p["entry_point"])
         report = run_code_tests(p["prompt"] + p["canonical_solution"], tests, **run)

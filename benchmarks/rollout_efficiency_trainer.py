@@ -9,9 +9,14 @@ warm start with the same seed, the library's `math_reward`, 16 groups of 8 compl
   replacement, but batched);
 * planner, confidence 0.95: the fill-chance rule (the default before the cost-aware planner);
 * cost-aware, measured: the default planner, its round latency fitted online from this run's own round times;
-* cost-aware + skip, measured: the same with prompt-history skipping (window 1, floor 0.1).
+* cost-aware + skip, measured: the same with prompt-history skipping (window 1, floor 0.1);
+* GRPO's groups: the fixed budget without screening, which generates exactly what plain GRPO generates (one round of
+  the batch's own groups), so its completions per informative group are GRPO's;
+* screening k=4 / k=2: probes of k completions, mixed prompts completed to G=8 (with refill to a full batch);
+* screening k=4, fixed budget: at most GRPO's completions per step, the groups not found masked.
 
-It prints completions generated per retained group (as a multiple of G), rounds per step, discarded surplus groups
+It prints completions generated per retained group and per informative group (retained or surplus; as multiples
+of G, whose floor is 1: plain GRPO pays 1 / its informative share), rounds per step, discarded surplus groups
 per step and the measured seconds of generation and scoring per retained group, and the round cost the run measured
 (fixed latency and seconds per completion, fitted over every variant's rounds). Seconds depend on the machine and
 its load: compare rows of one run only.
@@ -55,13 +60,23 @@ VARIANTS = {
     "cost-aware + skip, measured": dict(
         dynamic_sampling_measure_latency=True, dynamic_sampling_skip_window=1, dynamic_sampling_skip_floor=0.1
     ),
+    "GRPO's groups (no refill)": dict(dynamic_sampling_fixed_budget=True),
+    "screening k=4": dict(dynamic_sampling_screen_generations=4),
+    "screening k=2": dict(dynamic_sampling_screen_generations=2),
+    "screening k=4, fixed budget": dict(dynamic_sampling_screen_generations=4, dynamic_sampling_fixed_budget=True),
 }
+
+
+def ratio(numerator: float, denominator: float) -> float:
+    """numerator / denominator, NaN when nothing was retained (a warm start too weak to solve anything)."""
+    return numerator / denominator if denominator else float("nan")
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--sft-steps", type=int, default=200)
+    parser.add_argument("--variants", nargs="*", choices=list(VARIANTS), help="default: every variant")
     options = parser.parse_args(argv)
     torch.set_num_threads(1)
 
@@ -76,11 +91,13 @@ def main(argv: list[str] | None = None) -> None:
 
     print(f"{options.steps} RL steps per variant, 16 groups of G=8 per step, the demo's warm start")
     print(
-        f"{'variant':<28} {'completions/retained':>21} {'rounds/step':>12} {'surplus/step':>13} "
-        f"{'s/retained':>11} {'latency':>8}"
+        f"{'variant':<28} {'completions/retained':>21} {'per informative':>16} {'rounds/step':>12} "
+        f"{'surplus/step':>13} {'s/retained':>11} {'latency':>8}"
     )
     every_round = RoundCostModel(window=100_000)  # all variants' rounds: the machine's round cost
     for name, features in VARIANTS.items():
+        if options.variants and name not in options.variants:
+            continue
         model.load_state_dict(warm_state)
         torch.manual_seed(settings.seed)
         args = DAPOConfig(
@@ -95,6 +112,7 @@ def main(argv: list[str] | None = None) -> None:
             disable_tqdm=True,
             dynamic_sampling=True,
             dynamic_sampling_max_rounds=10,
+            dynamic_sampling_on_exhausted="fill",  # a step the rounds cannot fill trains masked, not stops
             **features,
         )
         trainer = DAPOTrainer(
@@ -105,14 +123,17 @@ def main(argv: list[str] | None = None) -> None:
         logs = [h for h in trainer.state.log_history if N.DYNAMIC_SAMPLING_ROUNDS in h]
         generated = sum(h[N.DYNAMIC_SAMPLING_GENERATED_COMPLETIONS] for h in logs)
         retained = sum(h[N.DYNAMIC_SAMPLING_RETAINED_GROUPS] for h in logs)
+        informative = retained + sum(h[N.DYNAMIC_SAMPLING_DISCARDED_SURPLUS_GROUPS] for h in logs)
         rounds = sum(h[N.DYNAMIC_SAMPLING_ROUNDS] for h in logs) / len(logs)
         surplus = sum(h[N.DYNAMIC_SAMPLING_DISCARDED_SURPLUS_GROUPS] for h in logs) / len(logs)
         seconds = sum(h[N.DYNAMIC_SAMPLING_GENERATION_SECONDS] for h in logs)
         latency = logs[-1].get(N.DYNAMIC_SAMPLING_ROUND_LATENCY, float("nan"))
         latency_text = f"{latency:>8.1f}" if "measured" in name else f"{'':>8}"
         print(
-            f"{name:<28} {generated / retained / 8:>20.2f}x {rounds:>12.2f} {surplus:>13.2f} "
-            f"{seconds / retained:>11.4f} {latency_text}"
+            f"{name:<28} {ratio(generated, retained * 8):>20.2f}x {ratio(generated, informative * 8):>15.2f}x "
+            f"{rounds:>12.2f} "
+            f"{surplus:>13.2f} "
+            f"{ratio(seconds, retained):>11.4f} {latency_text}"
         )
         if trainer.dynamic_sampling.planner is not None:
             for completions, round_seconds in trainer.dynamic_sampling.planner.cost_model.rounds:

@@ -12,6 +12,7 @@ import glob
 import os
 import secrets
 import socket
+import subprocess
 import tempfile
 import threading
 import time
@@ -21,13 +22,14 @@ import psutil
 import pytest
 
 from reward_funcs import make_code_reward, run_code_tests
+from reward_funcs.code import sandbox
 from reward_funcs.code.sandbox import _UID_BASE, SandboxUnavailable, resolve_backend
 
 FORMATS = ("assert", "stdio", "call")
 # The hostile corpus also runs against a test program that cannot be split (asserts in a loop, HumanEval's
 # check(candidate)): one all-or-nothing test, run by the oracle process against the candidate's call server.
 HOSTILE_FORMATS = (*FORMATS, "program")
-MARK = "HOSTILE-MARK"
+MARK = "HOSTILE-MARK-" + secrets.token_hex(4)  # this run's: another test run beside it writes other names
 REPO = Path(__file__).resolve().parents[1]
 # Two time limits. A run that must finish gets a limit no load reaches (a verdict of "timeout" there would be the
 # machine's speed, not the code's); a run that must be stopped (loops, sleeps, floods) gets a short one.
@@ -50,15 +52,23 @@ def isolation(request):
     return request.param, backend
 
 
+# What the current test started (set by `host_unharmed`): its sandbox uids and its scratch root. The checks look at
+# these only, so another sandbox user on the machine (a second test run, a trainer) cannot fail them.
+_OWN: dict = {"uids": set(), "root": None, "older": set()}  # older: descendants from before the test
+
+
 def _sandbox_procs() -> list[psutil.Process]:
-    found = []
-    for p in psutil.process_iter(["uids"]):
+    """This test's sandbox processes: of its uids, with its scratch root in their environment (the fallbacks'
+    TMPDIR), or descendants of this process (the namespace backends' supervisors)."""
+    found = {p.pid: p for p in psutil.Process().children(recursive=True) if p.pid not in _OWN["older"]}
+    for p in psutil.process_iter(["uids", "environ"]):
         try:
-            if _UID_BASE <= p.info["uids"].real < _UID_BASE + (1 << 22):
-                found.append(p)
-        except (psutil.Error, TypeError):
+            tmpdir = (p.info["environ"] or {}).get("TMPDIR", "")
+            if p.info["uids"].real in _OWN["uids"] or (_OWN["root"] and tmpdir.startswith(_OWN["root"])):
+                found[p.pid] = p
+        except (psutil.Error, TypeError, AttributeError):
             pass
-    return found
+    return list(found.values())
 
 
 def _killed(within_s: float = 30.0) -> bool:
@@ -84,16 +94,34 @@ def _marker_files() -> list[str]:
 
 
 @pytest.fixture(autouse=True)
-def host_unharmed():
-    scratch_before = set(glob.glob(os.path.join(tempfile.gettempdir(), "code-sandbox-*")))
-    yield
-    time.sleep(0.05)  # give a surviving orphan a moment to show itself (the orphan test waits longer)
-    assert _sandbox_procs() == [], "sandbox processes survived the run"
-    leftovers = _marker_files()
-    for f in leftovers:  # keep later tests meaningful even after a failure
-        Path(f).unlink(missing_ok=True)
-    assert leftovers == [], "files written outside the scratch directory survived"
-    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "code-sandbox-*"))) <= scratch_before
+def host_unharmed(monkeypatch, tmp_path_factory):
+    """The test's runs use a scratch root and uids of their own; afterwards none of their processes, marker files
+    or scratch folders may be left."""
+    tmp_path_factory.getbasetemp()  # pytest's own temp folder, made before the temp dir points at our root
+    root = tempfile.mkdtemp(prefix="sandbox-test-", dir="/tmp")
+    os.chmod(root, 0o755)  # the root fallback's uids pass through it to their folders
+    monkeypatch.setattr(tempfile, "tempdir", root)
+    allocate = sandbox._allocate_uids
+
+    def recording() -> int:
+        uid = allocate()
+        _OWN["uids"].update((uid, uid + 1))
+        return uid
+
+    monkeypatch.setattr(sandbox, "_allocate_uids", recording)
+    _OWN.update(uids=set(), root=root, older={p.pid for p in psutil.Process().children(recursive=True)})
+    try:
+        yield
+        time.sleep(0.05)  # give a surviving orphan a moment to show itself (the orphan test waits longer)
+        assert _sandbox_procs() == [], "sandbox processes survived the run"
+        leftovers = _marker_files()
+        for f in leftovers:  # keep later tests meaningful even after a failure
+            Path(f).unlink(missing_ok=True)
+        assert leftovers == [], "files written outside the scratch directory survived"
+        assert glob.glob(os.path.join(root, "code-sandbox-*")) == [], "scratch folders survived the run"
+    finally:
+        _OWN.update(uids=set(), root=None, older=set())
+        subprocess.run(["rm", "-rf", root], check=False)
 
 
 # -- programs ----------------------------------------------------------------------------------------------
@@ -523,7 +551,7 @@ def test_file_writes_outside_scratch_do_not_survive(fmt, isolation):
     writer = (
         "import os\nwrote = []\n"
         f"for d in {targets!r}:\n"
-        "    p = os.path.join(os.path.expanduser(d), 'HOSTILE-MARK-file')\n"
+        f"    p = os.path.join(os.path.expanduser(d), '{MARK}-file')\n"
         "    try:\n"
         "        open(p, 'w').write('x')\n"
         "        wrote.append(p)\n"

@@ -92,6 +92,16 @@ def assert_ranks_agree(reports: list[dict]) -> None:
     assert reports[0]["parameter_digest"] == reports[1]["parameter_digest"] != reports[0]["initial_digest"]
 
 
+def test_two_processes_agree_with_screening(tmp_path):
+    """Screening: each rank completes its own mixed prompts, screens the rest of an equal round, and both take the
+    main process's round sizes."""
+    config = {"dynamic_sampling_screen_generations": 2}
+    reports = [report["agree"] for report in run_on_two_processes(tmp_path, "agree", config=config)]
+    assert_ranks_agree(reports)
+    for log in reports[0]["logs"]:
+        assert log[N.DYNAMIC_SAMPLING_SCREENED_PROMPTS] > log[N.DYNAMIC_SAMPLING_COMPLETED_PROMPTS] >= 8
+
+
 def test_every_process_follows_the_main_processs_round_plan(tmp_path):
     reports = [report["diverge"] for report in run_on_two_processes(tmp_path, "diverge")]
     assert [r["global_step"] for r in reports] == [3, 3]

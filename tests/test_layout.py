@@ -35,7 +35,17 @@ def test_core_modules_import_neither_trl_nor_transformers(module):
 # Dynamic sampling's decisions, testable without a model: the sampler and every module it builds on.
 PURE_DYNAMIC_SAMPLING_MODULES = [
     f"trl_dapo_ext.dynamic_sampling.{name}"
-    for name in ("sampler", "counts", "messages", "profile_table", "planner", "history", "stream", "screening")
+    for name in (
+        "sampler",
+        "counts",
+        "messages",
+        "profile_table",
+        "planner",
+        "history",
+        "stream",
+        "screening",
+        "screen_plan",
+    )
 ]
 
 

@@ -71,7 +71,9 @@ def test_an_absolute_position_model_is_refused_where_round_log_probs_are_kept(to
 
 
 def test_an_absolute_position_model_trains_where_no_round_log_probs_are_kept(tokenizer, tmp_path):
-    trainer, _, _ = build(None, tokenizer, tmp_path, kinds_dataset(["varying", "right"], 12), model=tiny_gpt2(tokenizer))
+    trainer, _, _ = build(
+        None, tokenizer, tmp_path, kinds_dataset(["varying", "right"], 12), model=tiny_gpt2(tokenizer)
+    )
     trainer.train()  # the loss recomputes every log-prob on the batch as assembled: nothing to compare with
 
 

@@ -137,6 +137,10 @@ def _synthetic_history(steps: int = 12) -> list[dict]:
             "dynamic_sampling/filled_groups": 0,
             "dynamic_sampling/retention_rate": 10 / 24,
             "dynamic_sampling/generated_completions": 192,
+            "dynamic_sampling/screened_prompts": 30,  # screening: 30 probed, 10 completed
+            "dynamic_sampling/completed_prompts": 10,
+            "dynamic_sampling/dropped_prompts": 20,
+            "dynamic_sampling/completions_per_informative_group": 19.2,
             "dynamic_sampling/all_max_groups": 6,
             "dynamic_sampling/all_min_groups": 8,
             "groups/frac_all_max": 0.25,

@@ -112,3 +112,18 @@ def test_vespo_rows_of_narrower_rounds_keep_their_importance_ratio(model_dir, tm
             batch["advantages"].unsqueeze(1), torch.zeros_like(mask), mask, batch["importance_sampling_ratio"]
         )
         assert phi.min() > 1e-3, f"a row lost its VESPO weight: {phi.flatten().tolist()}"
+
+
+def test_screening_probes_and_completes_through_vllm(model_dir, tmp_path):
+    """Screening with vLLM colocate: rounds of 2-row probes and 2-row completions (TRL's groups are the probes'
+    size for those rounds), every round sampling from the current policy, and each kept group whole."""
+    args = DAPOConfig(**colocate_kwargs(tmp_path), dynamic_sampling=True, dynamic_sampling_screen_generations=2)
+    trainer = DAPOTrainer(model_dir, reward_funcs=[kind_reward], args=args, train_dataset=kind_dataset())
+    log = RoundLog(trainer)
+    trainer.train()
+    assert [len(step) for step in log.steps] == log.rounds and min(log.rounds) >= 2  # probes, then completions
+    _assert_in_sync(log)
+    logs = [h for h in trainer.state.log_history if "dynamic_sampling/screened_prompts" in h]
+    for h in logs:
+        assert h["dynamic_sampling/screened_prompts"] > h["dynamic_sampling/completed_prompts"] >= 2
+        assert h["dynamic_sampling/retained_groups"] == 2

@@ -72,6 +72,13 @@ class DAPOConfig(GRPOConfig):
             masked rows leave the denominator of every `loss_type`: the update is TRL's for the batch without them
             (with `bnpo`, a micro-batch of only masked rows still counts in TRL's average over micro-batches; see
             docs/dynamic-sampling.md).
+        dynamic_sampling_screen_generations (int | None): Screening: generate this many completions per prompt first
+            (a divisor of `num_generations`) and complete a prompt to `num_generations` in the next round of the same
+            step only when its probes' rewards differ; a prompt whose probes agree is dropped at that cost. `None`:
+            every prompt gets a full group at once.
+        dynamic_sampling_fixed_budget (bool): Every step generates at most what plain GRPO generates (the batch's
+            rows per process) and trains on every informative group it found; the rest of the batch is masked out of
+            the loss. Without screening: GRPO's own groups with the zero-variance ones masked (no refill).
         diagnostics (bool): Log the `groups/`, `length/`, `cost/` and `time/` metrics every step; training itself is
             unchanged.
         diagnostics_success_threshold (float): A completion counts as correct when its task reward is at least this
@@ -217,6 +224,24 @@ class DAPOConfig(GRPOConfig):
             "choices": ["error", "fill"],
         },
     )
+    dynamic_sampling_screen_generations: int | None = field(
+        default=None,
+        metadata={
+            "help": "Screening (SPEED-RL, arXiv 2506.09016): generate this many completions per prompt first (a "
+            "divisor of num_generations, at least 2) and complete a prompt to num_generations in the next round of "
+            "the same step, with the same policy, only when its probes' rewards differ; a prompt whose probes all "
+            "agree is dropped having cost this many completions. None: every prompt gets a full group at once."
+        },
+    )
+    dynamic_sampling_fixed_budget: bool = field(
+        default=False,
+        metadata={
+            "help": "Generate at most what plain GRPO generates per step (per_device_train_batch_size * "
+            "steps_per_generation completions per process), spent on screening and completion, and train on every "
+            "informative group found: the rest of the batch is masked out of the loss. Without screening: the "
+            "batch's own groups, the zero-variance ones masked (no refill)."
+        },
+    )
 
     diagnostics: bool = field(
         default=False,
@@ -320,10 +345,12 @@ class DAPOConfig(GRPOConfig):
 
     def _validate_dynamic_sampling_fields(self) -> None:
         if not self.dynamic_sampling:
-            if self.dynamic_sampling_history_from is not None:
+            for name in ("dynamic_sampling_history_from", "dynamic_sampling_screen_generations"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"{name} is a dynamic sampling setting; set dynamic_sampling=True or drop it.")
+            if self.dynamic_sampling_fixed_budget:
                 raise ValueError(
-                    "dynamic_sampling_history_from seeds the prompt history of dynamic sampling; set "
-                    "dynamic_sampling=True or drop it."
+                    "dynamic_sampling_fixed_budget is a dynamic sampling setting; set dynamic_sampling=True or drop it."
                 )
             return
         self._validate_round_sizing()
@@ -365,6 +392,11 @@ class DAPOConfig(GRPOConfig):
             )
         local_groups = self.per_device_train_batch_size * self.steps_per_generation // self.num_generations
         budget = self.dynamic_sampling_max_groups_per_step
+        if budget is not None and self.dynamic_sampling_fixed_budget:
+            raise ValueError(
+                f"dynamic_sampling_max_groups_per_step={budget} and dynamic_sampling_fixed_budget=True both set the "
+                "step's budget; the fixed budget is what plain GRPO generates. Keep one of them."
+            )
         if budget is not None and budget < local_groups:
             raise ValueError(
                 f"dynamic_sampling_max_groups_per_step={budget} is below the {local_groups} prompt groups every batch "
@@ -402,6 +434,24 @@ class DAPOConfig(GRPOConfig):
                 "per_device_train_batch_size (or gradient_accumulation_steps / steps_per_generation) a multiple of "
                 "num_generations divided by their common factors, e.g. per_device_train_batch_size="
                 f"{self.num_generations}."
+            )
+        screen = self.dynamic_sampling_screen_generations
+        if screen is not None and (
+            isinstance(screen, bool)
+            or not isinstance(screen, int)
+            or not 2 <= screen < self.num_generations
+            or self.num_generations % screen
+        ):
+            raise ValueError(
+                f"dynamic_sampling_screen_generations={screen!r} must be an int of at least 2 that divides "
+                f"num_generations={self.num_generations} and is smaller than it (a prompt's probes, completed to a "
+                "full group in rounds of that many rows; SPEED-RL used 4 of 24), or None to screen nothing."
+            )
+        if screen is not None and self.dynamic_sampling_max_rounds < 2:
+            raise ValueError(
+                f"dynamic_sampling_screen_generations={screen} completes a prompt in the round after its probes, but "
+                f"dynamic_sampling_max_rounds={self.dynamic_sampling_max_rounds} allows one round; raise it to at "
+                "least 2."
             )
         if self.dynamic_sampling_reward_funcs is not None and not self.dynamic_sampling_reward_funcs:
             raise ValueError(

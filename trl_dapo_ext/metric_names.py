@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 # When a metric is logged. Every name is also subject to its section's switch (diagnostics / dynamic_sampling).
-Condition = Literal["always", "overlong", "cuda", "planner", "cost", "skip"]
+Condition = Literal["always", "overlong", "cuda", "planner", "cost", "skip", "screen"]
 
 CONDITIONS: dict[Condition, str] = {
     "always": "every step",
@@ -33,6 +33,7 @@ CONDITIONS: dict[Condition, str] = {
     "planner": "with the adaptive planner (`dynamic_sampling_oversample=None`)",
     "cost": "with the adaptive planner sizing rounds by cost (the default, `dynamic_sampling_confidence=None`)",
     "skip": "with `dynamic_sampling_skip_window > 0`",
+    "screen": "with screening (`dynamic_sampling_screen_generations` set)",
 }
 
 
@@ -322,6 +323,31 @@ SECTIONS: tuple[Section, ...] = (
                 "cost",
             ),
             Metric(
+                "dynamic_sampling/screened_prompts",
+                "prompts probed with `dynamic_sampling_screen_generations` completions",
+                "about the batch's groups / `informative_rate`",
+                "screen",
+            ),
+            Metric(
+                "dynamic_sampling/completed_prompts",
+                "screened prompts completed to a full group (their probes were mixed)",
+                "at least `retained_groups`",
+                "screen",
+            ),
+            Metric(
+                "dynamic_sampling/dropped_prompts",
+                "screened prompts whose probes all agreed, dropped at the probes' cost",
+                "falls as the data saturates less",
+                "screen",
+            ),
+            Metric(
+                "dynamic_sampling/completions_per_informative_group",
+                "generated completions / informative groups of the step (G at best; plain GRPO pays G / the "
+                "informative share)",
+                "close to G",
+                "screen",
+            ),
+            Metric(
                 "dynamic_sampling/skipped_prompts",
                 "refill prompts passed over because their last k groups were all right or all wrong",
                 "grows as the data saturates",
@@ -467,12 +493,13 @@ def expected_names(
     planner: bool = True,
     cost_aware: bool = True,
     skip: bool = False,
+    screen: bool = False,
 ) -> set[str]:
     """The names a training step logs under these settings (``planner``/``cost_aware``/``skip`` matter only with
     sampling; ``cost_aware`` only with the planner)."""
     enabled = {"always", *(["overlong"] if overlong else []), *(["cuda"] if cuda else [])}
     if dynamic_sampling:
-        enabled |= {*(["planner"] if planner else []), *(["skip"] if skip else [])}
+        enabled |= {*(["planner"] if planner else []), *(["skip"] if skip else []), *(["screen"] if screen else [])}
         enabled |= {"cost"} if planner and cost_aware else set()
     on = {"diagnostics": diagnostics, "dynamic_sampling": dynamic_sampling, "overlong_buffer_length": overlong}
     return {m.name for s in SECTIONS if on[s.switch] for m in s.metrics if m.when in enabled}

@@ -82,7 +82,9 @@ def check_left_padding(model: torch.nn.Module, args: Any, beta: float, pad_token
     log-probabilities computed in the generation round (see the module docstring)."""
     if not keeps_round_log_probs(args, beta) or not left_padding_moves_logits(model, pad_token_id):
         return
-    kept = "the reference model's log-probabilities (beta != 0)" if beta != 0.0 else "the old policy's log-probabilities"
+    kept = (
+        "the reference model's log-probabilities (beta != 0)" if beta != 0.0 else "the old policy's log-probabilities"
+    )
     raise ValueError(
         f"dynamic_sampling with {type(model).__name__}: this model numbers positions without regard to left padding "
         "(absolute position embeddings, like GPT-2), and dynamic sampling re-pads the prompts of rows from different "

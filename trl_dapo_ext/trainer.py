@@ -28,8 +28,9 @@ from .core.metrics import (
 from .core.overlong import OverlongPenalty, penalty_only_where_scored
 from .diagnostics import Diagnostics
 from .dynamic_sampling.assembly import LOSS_SCALE_KEY, ScoredRound
-from .dynamic_sampling.rounds import BatchCollector, build_dynamic_sampler, with_prompt_index
+from .dynamic_sampling.rounds import build_dynamic_sampler, with_prompt_index
 from .dynamic_sampling.sampler import DynamicSampler
+from .dynamic_sampling.screening_rounds import collector_class
 from .dynamic_sampling.state import resume_dynamic_sampling, save_dynamic_sampling
 from .launch import check_launch
 from .positions import check_left_padding, parameters_are_partitioned
@@ -207,7 +208,7 @@ class DAPOTrainer(GRPOTrainer):
         if self.dynamic_sampling is not None and self.model.training:
             if self._left_padding_unchecked:
                 self._check_left_padding()
-            return BatchCollector(self, inputs).collect()
+            return collector_class(self.args)(self, inputs).collect()
         diagnose = self.args.diagnostics and self.model.training
         output, scored = self._scored_round(inputs, need_rewards=self.args.recomputes_advantages or diagnose)
         if self.args.recomputes_advantages:

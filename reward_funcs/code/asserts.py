@@ -291,9 +291,11 @@ def _split_plan(stmts: list[ast.stmt], entry_point: str | None) -> AssertPlan:
     if not checks:
         raise UnsupportedTests("no assert uses the solution")
     oracle = implicit + [st for st, dep in scan.setup if not dep]
+    child = _child_setup(scan.setup, splitter.probes, implicit)
+    _check_child_setup(child, scan.setup, checks)
     return AssertPlan(
         probes=tuple(ast.unparse(p) for p in splitter.probes),
-        child_setup=tuple(ast.unparse(s) for s in _child_setup(scan.setup, splitter.probes, implicit)),
+        child_setup=tuple(ast.unparse(s) for s in child),
         oracle_setup=tuple(ast.unparse(s) for s in oracle),
         checks=tuple(checks),
         literals=scan.literals,
@@ -311,3 +313,32 @@ def _child_setup(setup: list[tuple[ast.stmt, bool]], probes: list, implicit: lis
             needed |= used_names(st)
     child.reverse()
     return [s for s in implicit if bound_names(s) & needed] + child
+
+
+def _check_child_setup(child: list[ast.stmt], setup: list[tuple[ast.stmt, bool]], checks: list[Check]) -> None:
+    """Raise `_NeedsProgram` (the whole program then runs test-side) unless every test statement sent to the
+    candidate's process is an import or binds plain literals that no check compares with, directly or through other
+    test statements. ``cases = [((2, 3), 17)]`` or ``x, expected = 7, 12345`` would put expected values in the
+    solution's globals; a helper the tests define (``encode_cyclic``) would run where the solution can read its
+    arguments from the stack, and they can be the expected value."""
+    compared = set().union(*(used_names(ast.parse(c.expr, mode="eval")) for c in checks))
+    for st, dep in reversed(setup):  # what the checks read, through the test statements that compute it
+        if not dep and bound_names(st) & compared:
+            compared |= used_names(st)
+    test_side = {id(st) for st, dep in setup if not dep}
+    for st in child:
+        if id(st) not in test_side or isinstance(st, (ast.Import, ast.ImportFrom)):
+            continue
+        if not _binds_literal(st) or bound_names(st) & compared:
+            raise _NeedsProgram(f"test statement {ast.unparse(st)[:80]!r} would run beside the solution")
+
+
+def _binds_literal(st: ast.stmt) -> bool:
+    """``name = <literal>`` or ``a, b = <literals>``: plain inputs, nothing that runs."""
+    if not isinstance(st, ast.Assign):
+        return False
+    try:
+        ast.literal_eval(st.value)
+    except (ValueError, TypeError, SyntaxError, RecursionError):
+        return False
+    return True

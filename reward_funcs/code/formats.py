@@ -81,12 +81,13 @@ def _stdout_lines(text: str) -> list[str]:
 
 def stdout_matches(actual: str, expected: str, float_tol: float | None = None) -> bool:
     """Compare program output: CRLF = LF, trailing whitespace per line and one final newline ignored; any other
-    difference (extra or missing lines, ``3.0`` vs ``3``) fails unless ``float_tol`` allows numeric tokens to differ.
+    difference (extra or missing lines, ``3.0`` vs ``3``) fails unless ``float_tol`` allows numeric tokens to differ:
+    integer tokens still compare exactly, a token pair with a float in it within ``float_tol`` (relative or absolute).
 
     >>> stdout_matches("3 \\r\\n", "3"), stdout_matches("3\\n4\\n", "3\\n"), stdout_matches("3.0", "3")
     (True, False, False)
-    >>> stdout_matches("3.0000001", "3", float_tol=1e-6)
-    True
+    >>> stdout_matches("3.0000001", "3", float_tol=1e-6), stdout_matches("999999000", "999999937", float_tol=1e-6)
+    (True, False)
     """
     a, e = _stdout_lines(actual), _stdout_lines(expected)
     if a == e:
@@ -98,15 +99,29 @@ def stdout_matches(actual: str, expected: str, float_tol: float | None = None) -
         if len(ta) != len(te):
             return False
         for x, y in zip(ta, te, strict=True):
-            if x == y:
-                continue
-            try:
-                fx, fy = float(x), float(y)
-            except ValueError:
-                return False
-            if not math.isclose(fx, fy, rel_tol=float_tol, abs_tol=float_tol):
+            if x != y and not _tokens_close(x, y, float_tol):
                 return False
     return True
+
+
+def _tokens_close(x: str, y: str, tol: float) -> bool:
+    """Two output tokens as numbers: integers compare exactly, a float on either side within ``tol``."""
+    try:
+        return int(x) == int(y)
+    except ValueError:
+        pass
+    try:
+        return _numbers_close(float(x), float(y), tol)
+    except ValueError:
+        return False
+
+
+def _numbers_close(a: int | float, b: int | float, tol: float) -> bool:
+    """``a`` and ``b`` (one of them a float) within ``tol``; an int too large for a float is never close to one."""
+    try:
+        return math.isclose(float(a), float(b), rel_tol=tol, abs_tol=tol)
+    except OverflowError:
+        return False
 
 
 def _json_key(k: Any) -> Any:
@@ -121,7 +136,8 @@ def _json_key(k: Any) -> Any:
 
 def values_match(actual: Any, expected: Any, float_tol: float | None = None) -> bool:
     """Call-based comparison of a returned value (plain data) with a JSON expected value. Tuples count as lists
-    (JSON has none); ``bool`` is not ``int``; ``3.0`` is not ``3`` unless ``float_tol`` is set.
+    (JSON has none); ``bool`` is not ``int``; ``3.0`` is not ``3`` unless ``float_tol`` is set, which applies when a
+    float is involved (two ints compare exactly; an int too large for a float matches no float).
 
     >>> values_match((1, [2]), [1, [2]]), values_match(3.0, 3), values_match(3.0, 3, 1e-9), values_match(True, 1)
     (True, False, True, False)
@@ -132,9 +148,9 @@ def values_match(actual: Any, expected: Any, float_tol: float | None = None) -> 
     if te in (int, float):
         if type(actual) not in (int, float):
             return False
-        if float_tol is None:
+        if float_tol is None or (type(actual) is int and te is int):  # the tolerance is for floats only
             return type(actual) is te and actual == expected
-        return math.isclose(actual, expected, rel_tol=float_tol, abs_tol=float_tol)
+        return _numbers_close(actual, expected, float_tol)
     if te is list:
         return (
             type(actual) in (list, tuple)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import ast
 
+from .sandboxed.codec import check_hashes
+
 _SIMPLE_NODES = (
     ast.Expression,
     ast.Constant,
@@ -44,8 +46,8 @@ _SIMPLE_NODES = (
 _SAFE_CALLS = {
     "len": len,
     "sorted": sorted,
-    "set": set,
-    "frozenset": frozenset,
+    "set": lambda *a: set(*map(check_hashes, a)),  # a candidate's colliding keys must not make this quadratic
+    "frozenset": lambda *a: frozenset(*map(check_hashes, a)),
     "list": list,
     "tuple": tuple,
     "abs": abs,

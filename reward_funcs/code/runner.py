@@ -147,10 +147,7 @@ def run_parsed(
         fn, inputs, outputs = spec
 
         def same_value(k: int, rec: dict) -> bool:
-            try:
-                return values_match(decode_value(rec.get("v")), outputs[k], tol)
-            except (ValueError, TypeError, RecursionError):
-                return False
+            return values_match(decode_value(rec.get("v")), outputs[k], tol)
 
         job = {"mode": "calls", "code": code, "cases": [{"fn": fn, "args": encode_value(list(a))} for a in inputs]}
         outcomes = _run_cases(run, job, len(inputs), same_value, "wrong return value", stop_on_failure)
@@ -184,12 +181,21 @@ def _run_cases(
         k = rec["k"]
         outcome = _sandbox_outcome(rec)
         if outcome is None:
-            outcome = TestOutcome(k, "passed") if correct(k, rec) else TestOutcome(k, "failed", wrong)
+            outcome = TestOutcome(k, "passed") if _judged(correct, k, rec) else TestOutcome(k, "failed", wrong)
         decided[k] = outcome
         return stop_on_failure and outcome.outcome != "passed"
 
     run(job, on_record=on_record)
     return tuple(decided.get(k, TestOutcome(k, "skipped")) for k in range(n))
+
+
+def _judged(correct: Callable[[int, dict], bool], k: int, rec: dict) -> bool:
+    """``correct(k, rec)``, where anything the candidate's value makes the comparison raise (an int too large for
+    ``float_tol``, a malformed value) is the candidate's failure, never an error out of the reward call."""
+    try:
+        return correct(k, rec)
+    except Exception:
+        return False
 
 
 def _run_program(run: _Run, code: str, plan: AssertPlan) -> TestOutcome:
@@ -206,7 +212,7 @@ def _run_program(run: _Run, code: str, plan: AssertPlan) -> TestOutcome:
 
 def _run_split_asserts(run: _Run, code: str, plan: AssertPlan, stop_on_failure: bool) -> tuple[TestOutcome, ...]:
     """Probes in the candidate process, then the checks: simple ones here, the others in the oracle process."""
-    checks = _SplitChecks(plan, stop_on_failure)
+    checks = _SplitChecks(plan, stop_on_failure, run.keywords["limits"].output_bytes)
     if plan.probes:
         job = {
             "mode": "calls",
@@ -234,9 +240,11 @@ def _run_split_asserts(run: _Run, code: str, plan: AssertPlan, stop_on_failure: 
 class _SplitChecks:
     """The state of split assert tests: probe values (or failures) as they arrive, and the checks decided so far."""
 
-    def __init__(self, plan: AssertPlan, stop_on_failure: bool) -> None:
+    def __init__(self, plan: AssertPlan, stop_on_failure: bool, limit: int) -> None:
         self.plan, self.stop_on_failure = plan, stop_on_failure
-        self.values: dict[int, Any] = {}
+        self.plan_limit = limit  # bytes of probe records the trainer decodes and keeps for one run
+        self.values: dict[int, Any] = {}  # probe values still needed (by the oracle's checks), see on_probe
+        self.kept_bytes = 0
         self.probe_fail: dict[int, TestOutcome] = {}
         self.done: dict[int, TestOutcome] = {}
         self.owner = {p: i for i, c in enumerate(plan.checks) for p in c.probes}
@@ -261,8 +269,11 @@ class _SplitChecks:
         """A probe's record; True stops the run (``stop_on_failure`` and a check failed)."""
         p = rec["k"]
         bad = _sandbox_outcome(rec)
+        self.kept_bytes += int(rec.get("size", 0))
         if bad is not None:
             self.probe_fail[p] = bad
+        elif self.kept_bytes > self.plan_limit:
+            self.probe_fail[p] = TestOutcome(p, "error", "probe values larger than the output limit")
         else:
             try:
                 self.values[p] = decode_value(rec.get("v"))
@@ -273,8 +284,14 @@ class _SplitChecks:
             res = self.decide_simple(i)
             if res is not None:
                 self.done[i] = res
+                self._forget(i)
                 return self.stop_on_failure and res.outcome != "passed"
         return False
+
+    def _forget(self, i: int) -> None:
+        """Check i is decided: drop its probe values, so that the trainer keeps only what the oracle still needs."""
+        for p in self.plan.checks[i].probes:
+            self.values.pop(p, None)
 
     def decide_rest(self) -> list[int]:
         """After the probes: decide the simple checks left; return the checks that go to the oracle."""
@@ -284,6 +301,7 @@ class _SplitChecks:
                 res = self.decide_simple(i)
                 if res is not None:
                     self.done[i] = res
+                    self._forget(i)
         return [
             i
             for i, c in enumerate(self.plan.checks)

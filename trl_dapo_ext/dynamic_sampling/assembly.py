@@ -228,7 +228,10 @@ class RoundRows:
     def select(self, group_ids: torch.Tensor, num_generations: int, filled: bool = False) -> SelectedGroups:
         """The whole groups ``group_ids`` (local group numbers) of this round."""
         G = num_generations
-        rows = (group_ids.unsqueeze(1) * G + torch.arange(G)).flatten()
+        return self.take((group_ids.unsqueeze(1) * G + torch.arange(G)).flatten(), filled)
+
+    def take(self, rows: torch.Tensor, filled: bool = False) -> SelectedGroups:
+        """The local ``rows`` of this round, in that order (screening: a prompt's probes or its completion)."""
         row_list = rows.tolist()
         return SelectedGroups(
             batch=select_rows(self.output, rows),

@@ -138,8 +138,7 @@ class BatchCollector:
         self.own_indices = [int(row.pop(PROMPT_INDEX_COLUMN, -1)) for row in inputs][::G]
         own_global = self._gathered(self.own_indices)  # every process's, in process order
         self.sampler.begin_step(trainer.state.global_step, own_global)
-        first_round = RoundPlan(groups=self.sampler.first_refill(self.target, own_global))
-        self.first_refill = self._main_process_plan(first_round).groups  # refill groups round 1 adds
+        self.first_refill = self._plan_first_round(own_global)  # refill prompts round 1 adds to the batch's own
         # Lengths of the logged metric lists before the step (TRL's batch metrics of the rounds are replaced).
         self.metric_marks = {key: len(values) for key, values in trainer._metrics["train"].items()}
         self.original_logs = trainer._logs  # TRL's completions-table buffers, restored after the rounds
@@ -152,6 +151,10 @@ class BatchCollector:
         self.attempted_rewards: list[torch.Tensor] = []  # gathered reward matrix per round (diagnostics)
         self.generated_ids: list[list[list[int]]] = []  # completions per round (diagnostics)
         self.round_logs: dict[int, dict[str, Any]] = {}  # each round's completions-table buffers
+
+    def _plan_first_round(self, own_global: list[int]) -> int:
+        first_round = RoundPlan(groups=self.sampler.first_refill(self.target, own_global))
+        return self._main_process_plan(first_round).groups
 
     def collect(self) -> dict[str, torch.Tensor | Any]:
         rows, indices = self._refill(self.first_refill, round_index=1, rows=self.inputs, indices=self.own_indices)
@@ -281,7 +284,7 @@ class BatchCollector:
 
     def _finish(self) -> dict[str, torch.Tensor | Any]:
         """Complete the batch with fill groups if allowed (or raise), assemble it and log the step's metrics."""
-        trainer, target = self.trainer, self.target
+        target = self.target
         retained_per_process = [min(kept, target) for kept in self.kept_per_process]
         missing = target - sum(len(part.origin) for part in self.kept) // self.num_generations
         if min(retained_per_process) < target:
@@ -289,15 +292,21 @@ class BatchCollector:
         fillers = [part for _, part in self.fill_candidates[: max(missing, 0)]]
         if len(fillers) < missing:  # cannot happen: every attempted group is either kept or a candidate
             raise RuntimeError(f"dynamic sampling lost track of groups: {missing} missing, {len(fillers)} fillers")
+        return self._assemble(self.kept + fillers, len(fillers), retained_per_process)
 
+    def _assemble(
+        self, parts: list[SelectedGroups], filled: int, retained_per_process: list[int]
+    ) -> dict[str, torch.Tensor | Any]:
+        """The update batch of ``parts`` (``filled`` of its groups masked fill groups), its metrics logged."""
+        trainer = self.trainer
         batch, rows = assemble(
-            self.kept + fillers,
+            parts,
             pad_token_id=trainer._tokenizer.pad_token_id,
             accelerator=trainer.accelerator,
             advantages=trainer._advantages,
             loss_type=trainer.args.loss_type,
         )
-        self._log_step(retained_per_process, len(fillers), rows)
+        self._log_step(retained_per_process, filled, rows)
         if trainer.args.diagnostics:
             trainer.diagnostics.log_batch(
                 attempted=self.attempted_rewards,
@@ -342,6 +351,13 @@ class BatchCollector:
                 stacklevel=2,
             )
 
+    def _generated_completions(self) -> int:
+        """Completions the step generated, every process's: a full group per attempted prompt."""
+        return self.totals.attempted * self.num_generations
+
+    def _extra_step_metrics(self) -> dict[str, float]:
+        return {}
+
     def _log_step(self, retained_per_process: list[int], filled: int, rows: BatchRows) -> None:
         """The step's ``dynamic_sampling/`` metrics, and TRL's batch metrics recomputed on the update batch."""
         trainer, totals = self.trainer, self.totals
@@ -357,12 +373,13 @@ class BatchCollector:
             N.DYNAMIC_SAMPLING_FILLED_GROUPS: filled_global,
             N.DYNAMIC_SAMPLING_RETENTION_RATE: retained / attempted if attempted else 0.0,
             N.DYNAMIC_SAMPLING_INFORMATIVE_RATE: totals.informative / attempted if attempted else 0.0,
-            N.DYNAMIC_SAMPLING_GENERATED_COMPLETIONS: attempted * self.num_generations,
+            N.DYNAMIC_SAMPLING_GENERATED_COMPLETIONS: self._generated_completions(),
             # The zero-variance split, every bucket: all_max + all_min + other = zero_variance_groups.
             N.DYNAMIC_SAMPLING_ALL_MAX_GROUPS: totals.all_max,
             N.DYNAMIC_SAMPLING_ALL_MIN_GROUPS: totals.all_min,
             N.DYNAMIC_SAMPLING_OTHER_ZERO_VARIANCE_GROUPS: totals.other,
             **self.sampler.step_metrics(),
+            **self._extra_step_metrics(),
         }
         train_metrics = trainer._metrics["train"]
         replace_trl_metrics(

@@ -49,6 +49,7 @@ from .counts import GroupCounts, SkipCounts, added
 from .history import PromptHistory
 from .planner import POOLED, RefillPlanner, fixed_first_refill, plan_refill_groups
 from .profile_table import read_table, seed_history
+from .retention import RetentionEstimate
 from .stream import RefillSampler, local_share
 
 
@@ -117,7 +118,9 @@ class DynamicSampler:
         self.stream = RefillSampler(dataset_size, seed=seed, shuffle=args.shuffle_dataset)
         # Round sizes: the adaptive planner (oversample=None) or a fixed first round (a number).
         self.planner: RefillPlanner | None = None
-        if args.dynamic_sampling_oversample is None:
+        # Screening sizes its rounds by the mixed-probe rate instead (screen_plan).
+        screening = args.dynamic_sampling_screen_generations is not None or args.dynamic_sampling_fixed_budget
+        if args.dynamic_sampling_oversample is None and not screening:
             self.planner = RefillPlanner(
                 max_oversample=args.dynamic_sampling_max_oversample,
                 max_groups_per_step=args.dynamic_sampling_max_groups_per_step,
@@ -138,6 +141,9 @@ class DynamicSampler:
         )
         if args.dynamic_sampling_history_from is not None:
             self._seed_history(args.dynamic_sampling_history_from, dataset_size)
+        # Screening: the share of prompts whose probes are mixed (decayed per step, like the planner's retention).
+        self.mixed_probes = RetentionEstimate()
+        self.step_probes = [0, 0]  # this step's [screened, mixed] prompts, folded into mixed_probes at end_step
         self.reward_range = [math.inf, -math.inf]  # filter-reward extremes seen so far (all_max / all_min split)
         self.warned_fill = False  # the fill warning is given once per run
         self.begin_step(step=0)  # sets what lives for one step: step, skip_counts, generation_seconds
@@ -163,6 +169,7 @@ class DynamicSampler:
             "planner": self.planner.state_dict() if self.planner is not None else None,
             "history": self.history.state_dict(),
             "reward_range": list(self.reward_range),
+            "mixed_probes": [self.mixed_probes.informative, self.mixed_probes.uninformative],
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -172,6 +179,8 @@ class DynamicSampler:
                 component.load_state_dict(state[name])
         if state.get("reward_range") is not None:
             self.reward_range = [float(value) for value in state["reward_range"]]
+        if state.get("mixed_probes") is not None:  # older checkpoints: no screening state
+            self.mixed_probes.informative, self.mixed_probes.uninformative = map(float, state["mixed_probes"])
 
     # ------------------------------------------------------------------------------------------ refill prompts
 
@@ -194,6 +203,23 @@ class DynamicSampler:
             return []
         indices = self._take(groups_per_process * self.num_processes, round_index)
         return local_share(indices, groups_per_process, self.process_index)
+
+    def draw_each(self, counts: list[int], round_index: int) -> list[int]:
+        """Like :meth:`draw`, with ``counts[p]`` prompts for process ``p`` (screening: processes with fewer
+        completions to generate screen more). Every process draws the same global slice and keeps its own part.
+
+        Example:
+            >>> from types import SimpleNamespace
+            >>> args = SimpleNamespace(data_seed=None, seed=0, shuffle_dataset=False, dynamic_sampling_oversample=1.0,
+            ...                        dynamic_sampling_skip_window=0, dynamic_sampling_skip_floor=0.0,
+            ...                        dynamic_sampling_history_from=None)
+            >>> [DynamicSampler(args, dataset_size=9, num_generations=2, filter_indices=[0], reward_weights=None,
+            ...                 num_processes=2, process_index=rank).draw_each([1, 3], round_index=1) for rank in (0, 1)]
+            [[0], [1, 2, 3]]
+        """
+        indices = self._take(sum(counts), round_index) if sum(counts) else []
+        start = sum(counts[: self.process_index])
+        return indices[start : start + counts[self.process_index]]
 
     def _take(self, count: int, round_index: int, preview: bool = False) -> list[int]:
         """The next ``count`` global refill indices (skipping known zero-variance prompts when enabled).
@@ -279,6 +305,18 @@ class DynamicSampler:
     def end_step(self) -> None:
         if self.planner is not None:
             self.planner.end_step()
+        screened, mixed = self.step_probes
+        if screened:
+            self.mixed_probes.fold(screened, mixed, self.args.dynamic_sampling_retention_decay)
+        self.step_probes = [0, 0]
+
+    def observe_probes(self, screened: int, mixed: int) -> None:
+        """Every process's new probes of a round (gathered): how many prompts were screened, how many were mixed."""
+        self.step_probes = [self.step_probes[0] + screened, self.step_probes[1] + mixed]
+
+    def mixed_rate(self) -> float:
+        """The estimated share of screened prompts whose probes are mixed (this step's probes included)."""
+        return self.mixed_probes.mean(*self.step_probes)
 
     # ------------------------------------------------------------------------------------------ observations
 
@@ -294,9 +332,10 @@ class DynamicSampler:
             self.reward_range[0] = min(self.reward_range[0], finite.min().item())
             self.reward_range[1] = max(self.reward_range[1], finite.max().item())
 
-    def classify(self, rewards_per_func: torch.Tensor) -> RoundGroups:
-        """This process's groups of a round (its rows of the reward matrix): informative or which zero-variance."""
-        G = self.num_generations
+    def classify(self, rewards_per_func: torch.Tensor, size: int | None = None) -> RoundGroups:
+        """This process's groups of a round (its rows of the reward matrix): informative or which zero-variance.
+        ``size``: rows per group (default ``num_generations``; a screening probe has fewer)."""
+        G = size or self.num_generations
         filter_rewards = self.filter_rewards(rewards_per_func)
         informative = informative_groups(filter_rewards, G, self.args.dynamic_sampling_std_tolerance)
         upper, scorable = group_upper_counts(filter_rewards, G, *self.reward_range)

@@ -19,8 +19,8 @@ class RefillSampler:
     """Endless shuffled passes over ``range(dataset_size)``; a new permutation each pass, seeded by (seed, pass).
 
     With ``shuffle=False`` (a curriculum), the stream follows the dataset order instead: :meth:`begin_step` moves it
-    to the prompt right after the step's own batch (the dataloader's position), and within a step it never hands out
-    the batch's own prompts or a prompt it already handed out, until the step has used every prompt of the dataset.
+    to the prompt right after the step's own batch (the dataloader's position). Either way, within a step it never
+    hands out the batch's own prompts or a prompt it already handed out, until the step has used every prompt.
 
     Example:
         >>> sampler = RefillSampler(dataset_size=5, seed=0)
@@ -58,8 +58,9 @@ class RefillSampler:
     def begin_step(self, own_indices: list[int]) -> None:
         """Start a step whose batch holds the dataset indices ``own_indices`` (every process's; ``-1``: unknown).
 
-        Unshuffled only (a shuffled stream is independent of the dataloader): refills continue the dataset order
-        after the batch's last prompt, and skip the batch's own prompts.
+        Within the step the stream never hands out one of these prompts, nor one it already handed out, until the
+        step has used every prompt of the dataset: a batch never holds two groups of one prompt. Unshuffled, the
+        step's refills also continue the dataset order after the batch's last prompt (the dataloader's position).
 
         Example:
             >>> stream = RefillSampler(dataset_size=6, seed=0, shuffle=False)
@@ -68,42 +69,27 @@ class RefillSampler:
             >>> stream.begin_step([4, 5]); stream.take(5)  # 4 and 5 are the batch's own: not handed out again
             [0, 1, 2, 3, 4]
         """
-        if self.shuffle:
-            return
         known = [index for index in own_indices if 0 <= index < self.dataset_size]
         self.step_used = frozenset(known)
-        if known:
-            self.position = known[-1] + 1  # the dataloader hands out the dataset in order: its next prompt
+        if self.shuffle or not known:
+            return
+        self.position = known[-1] + 1  # the dataloader hands out the dataset in order: its next prompt
         if self.position == self.dataset_size:
             self.epoch, self.position = self.epoch + 1, 0
 
     def take(self, count: int) -> list[int]:
-        """The next ``count`` dataset indices (global: the same list on every process)."""
-        if not self.shuffle:
-            return self._take_in_order(count)
-        indices: list[int] = []
-        while len(indices) < count:
-            if self.position == self.dataset_size:
-                self.epoch += 1
-                self.position = 0
-                self._order = self._permutation(self.epoch)
-            step = min(count - len(indices), self.dataset_size - self.position)
-            indices.extend(self._order[self.position : self.position + step])
-            self.position += step
-        self.taken += count
-        return indices
-
-    def _take_in_order(self, count: int) -> list[int]:
-        """Unshuffled: the next ``count`` indices in dataset order that this step has not used yet; once it has used
-        every one (a step that needs more prompts than the dataset holds), the step starts over."""
+        """The next ``count`` dataset indices this step has not used yet (global: the same on every process); once
+        the step has used every prompt (it needs more than the dataset holds), it starts over."""
         used, indices = set(self.step_used), []
         while len(indices) < count:
             if len(used) >= self.dataset_size:
                 used = set()
-            index = self.position
-            self.position += 1
             if self.position == self.dataset_size:
-                self.epoch, self.position = self.epoch + 1, 0
+                self.epoch += 1
+                self.position = 0
+                self._order = self._permutation(self.epoch)
+            index = self._order[self.position]
+            self.position += 1
             if index not in used:
                 used.add(index)
                 indices.append(index)
@@ -134,6 +120,7 @@ class RefillSampler:
             "epoch": self.epoch,
             "position": self.position,
             "taken": self.taken,
+            "step_used": sorted(self.step_used),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -144,6 +131,7 @@ class RefillSampler:
                     "resume with the same dataset, seed and shuffle setting, or start a fresh run"
                 )
         self.epoch, self.position, self.taken = state["epoch"], state["position"], state["taken"]
+        self.step_used = frozenset(state.get("step_used", ()))  # older checkpoints: between steps, nothing used
         self._order = self._permutation(self.epoch)
 
 

@@ -23,7 +23,7 @@ import os
 import sys
 
 from .codec import decode_value, encode_value
-from .confine import confine
+from .confine import clean_sys_path, confine
 from .os_calls import describe, read_all, report, write_all
 
 REPORT_FD, RUN_FD = 3, 4
@@ -39,8 +39,7 @@ def main(argv: list[str]) -> int:
         except Exception:
             pass
     confine(run["backend"], run.get("uid"), run["limits"], int(run["cpu_s"]), run["workdir"])
-    # The solution imports the standard library only (or site-packages when allowed), never this folder.
-    sys.path[:] = [p for p in sys.path if os.path.realpath(p) != run["sandboxed_parent"]]
+    clean_sys_path()  # the solution imports the standard library only (or site-packages when allowed)
     mode, code = run["mode"], run["code"]
     if mode == "calls":
         setup, cases, start = run.get("setup", ()), run["cases"], int(run["start"])

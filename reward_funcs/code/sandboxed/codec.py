@@ -8,12 +8,16 @@ imported by the parent as ``reward_funcs.code.sandboxed.codec`` and inside the s
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 # Exact builtin types snapshotted at import time, before any candidate code runs in this interpreter.
 _EXACT_SCALARS = (type(None), bool, str)
 
 MAX_DEPTH = 64
 MAX_NODES = 200_000
+# Set and dict keys sharing one hash value make building the set quadratic (multiples of 2**61-1 all hash to 0):
+# 200k such ints would keep the trainer busy for minutes. Plain data from an honest program never gets near this.
+MAX_SAME_HASH = 32
 
 
 class NotPlainData(TypeError):
@@ -96,9 +100,44 @@ def decode_value(obj, _depth: int = 0):
     if tag == "tuple":
         return tuple(items)
     if tag == "set":
-        return set(items)
+        return set(check_hashes(items))
     if tag == "frozenset":
-        return frozenset(items)
+        return frozenset(check_hashes(items))
     if tag == "dict" and all(type(p) is list and len(p) == 2 for p in items):
+        check_hashes([p[0] for p in items])
         return {k: val for k, val in items}
     raise ValueError(f"unknown tag {tag!r}")
+
+
+def check_hashes(keys):
+    """``keys``, unless more than ``MAX_SAME_HASH`` of them share a hash value (``ValueError``): counting hashes is
+    linear, building a set of colliding keys is quadratic. ``TypeError`` for an unhashable key.
+
+    >>> len(check_hashes([i * (2**61 - 1) for i in range(10)]))
+    10
+    >>> check_hashes([i * (2**61 - 1) for i in range(100)])
+    Traceback (most recent call last):
+    ...
+    ValueError: too many set or dict keys with the same hash
+    """
+    keys = list(keys)
+    counts = Counter(map(hash, keys))
+    if counts and max(counts.values()) > MAX_SAME_HASH:
+        raise ValueError("too many set or dict keys with the same hash")
+    return keys
+
+
+def check_size(obj) -> None:
+    """Raise ``ValueError`` unless JSON ``obj`` (an encoded value) stays within what ``encode_value`` produces from
+    ``MAX_NODES`` values ``MAX_DEPTH`` deep (a tag takes up to three JSON nodes and levels). Iterative: a deep value
+    cannot exhaust the stack of the process checking it."""
+    stack, nodes = [(obj, 0)], 0
+    while stack:
+        node, depth = stack.pop()
+        nodes += 1
+        if nodes > 4 * MAX_NODES or depth > 3 * (MAX_DEPTH + 2):
+            raise ValueError("value too large or too deeply nested")
+        if type(node) is list:
+            stack.extend((x, depth + 1) for x in node)
+        elif type(node) is dict:
+            stack.extend((x, depth + 1) for x in node.values())

@@ -12,12 +12,27 @@ import os
 import select
 import time
 
-from .os_calls import reap_zombies_except, wait_status
+from .codec import check_size
+from .os_calls import printable, reap_zombies_except, wait_status
 
 
 def dead_outcome(status: str) -> str:
     """The outcome of a process that ended before reporting: out of CPU time is a timeout, anything else an error."""
     return "timeout" if status == "signal SIGXCPU" else "error"
+
+
+def parse_report(line: bytes) -> dict | None:
+    """One report line of a started process as a dict with an ``"o"``, or None when it is anything else: the line is
+    the candidate's (or the tests') to write, so no content of it may raise here (a ``[`` x 100000 line makes
+    ``json.loads`` raise ``RecursionError``). A value ``"v"`` beyond the codec's size limits counts as malformed."""
+    try:
+        rec = json.loads(line)
+        if type(rec) is not dict or "o" not in rec:
+            return None
+        check_size(rec.get("v"))
+        return rec
+    except (ValueError, RecursionError, MemoryError):
+        return None
 
 
 def collect_calls(sup, pid: int, r: int, k: int, cases: list, timeout: float) -> int:
@@ -64,20 +79,19 @@ def collect_calls(sup, pid: int, r: int, k: int, cases: list, timeout: float) ->
                 return k + 1
             while b"\n" in buf:
                 line, buf = buf.split(b"\n", 1)
-                try:
-                    rec = json.loads(line)
-                    rk, outcome = rec["k"], rec["o"]
-                except (ValueError, KeyError, TypeError):
+                rec = parse_report(line)
+                if rec is None or "k" not in rec:
                     sup.kill_candidates()
-                    sup.emit({"k": k, "o": "error", "d": "malformed report from the candidate process"})
+                    sup.emit({"k": k, "o": "error", "d": "malformed (or too large) report from the candidate process"})
                     return k + 1
+                rk, outcome = rec["k"], rec["o"]
                 if not loaded:
                     if rk != -1 or outcome not in ("loaded", "error", "memory"):
                         sup.kill_candidates()
                         sup.fail_rest(k, "error", "protocol violation while loading")
                         return len(cases)
                     if outcome != "loaded":
-                        sup.fail_rest(k, outcome, str(rec.get("d", ""))[:500])
+                        sup.fail_rest(k, outcome, printable(rec.get("d", "")))
                         return len(cases)
                     loaded = True
                     deadline = time.monotonic() + timeout
@@ -86,7 +100,7 @@ def collect_calls(sup, pid: int, r: int, k: int, cases: list, timeout: float) ->
                     sup.kill_candidates()
                     sup.emit({"k": k, "o": "error", "d": "protocol violation"})
                     return k + 1
-                out = {"k": k, "o": outcome, "d": str(rec.get("d", ""))[:500]}
+                out = {"k": k, "o": outcome, "d": printable(rec.get("d", ""))}
                 if outcome == "ok":
                     out["v"] = rec.get("v")
                 sup.emit(out)
@@ -134,18 +148,17 @@ def collect_program(sup, pid: int, r: int, timeout: float) -> dict:
             buf += chunk
             while b"\n" in buf:
                 line, buf = buf.split(b"\n", 1)
-                try:
-                    rec = json.loads(line)
-                    outcome = rec["o"]
-                except (ValueError, KeyError, TypeError):
+                rec = parse_report(line)
+                if rec is None:
                     return {"o": "error", "d": "malformed report from the test process"}
+                outcome = rec["o"]
                 if outcome == "loaded" and not loaded:
                     loaded = True
                     deadline = time.monotonic() + timeout
                     continue
                 if outcome not in ("ok", "error", "memory"):
                     return {"o": "error", "d": "protocol violation"}
-                return {"o": outcome, "v": rec.get("v") is True, "d": str(rec.get("d", ""))[:500]}
+                return {"o": outcome, "v": rec.get("v") is True, "d": printable(rec.get("d", ""))}
             if status is not None and not chunk:
                 return {"o": "error", "d": f"the test process ended without a verdict ({status})"}
     finally:
@@ -205,7 +218,7 @@ def collect_stdio(sup, pid: int, out_r: int, rep_r: int, timeout: float, cap: in
     if status == "exit 0":
         return {"o": "ran", "d": "", "out": text}
     detail = f"{status}" + (f": {claim}" if claim else "")
-    rec = {"o": dead_outcome(status), "d": detail[:500], "out": text}
+    rec = {"o": dead_outcome(status), "d": printable(detail), "out": text}
     if claim.startswith("error SyntaxError"):
         rec["syntax"] = True
     return rec

@@ -6,8 +6,12 @@ import ctypes
 import os
 import resource
 import signal
+import struct
+import sys
 
 from .os_calls import (
+    MS_NODEV,
+    MS_NOSUID,
     PR_CAP_AMBIENT,
     PR_CAP_AMBIENT_CLEAR_ALL,
     PR_CAPBSET_DROP,
@@ -15,10 +19,18 @@ from .os_calls import (
     PR_SET_PDEATHSIG,
     PR_SET_SECUREBITS,
     libc,
+    mount,
     prctl,
 )
 
 MINIMAL_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1"}
+# The folder ``__main__.py`` puts first on sys.path so that the roles import each other (see clean_sys_path).
+SANDBOXED_PARENT = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+CLONE_NEWNS = 0x20000
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+# Per architecture (``os.uname().machine``): the audit arch and the numbers of memfd_create and shmget. Memory in a
+# memfd or a detached SysV segment escapes RLIMIT_AS: 128 MiB of address space held 1.1 GiB of host memory.
+_SECCOMP_ARCH = {"x86_64": (0xC000003E, (319, 29)), "aarch64": (0xC00000B7, (279, 194))}
 
 
 def confine(backend: str, uid: int | None, limits: dict, cpu_s: int, workdir: str) -> None:
@@ -43,6 +55,7 @@ def confine(backend: str, uid: int | None, limits: dict, cpu_s: int, workdir: st
         drop_capabilities()
     if prctl(PR_SET_NO_NEW_PRIVS, 1) != 0:
         raise OSError("no_new_privs")
+    deny_unbounded_memory()
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # a change of uid clears it: set (again) after the drop
     os.environ.clear()
     os.environ.update({**MINIMAL_ENV, "HOME": workdir, "TMPDIR": workdir})
@@ -58,3 +71,39 @@ def drop_capabilities() -> None:
     data = (ctypes.c_uint32 * 6)()
     if libc.capset(ctypes.byref(header), ctypes.byref(data)) != 0:
         raise OSError(ctypes.get_errno(), "capset")
+
+
+def clean_sys_path() -> None:
+    """Imports come from the Python install (and site-packages when allowed) only: drop the folder of this package,
+    which a checkout under /tmp puts inside the candidate's writable tmpfs, and folders that do not exist (a missing
+    ``python311.zip`` is a name anyone allowed to create it could fill)."""
+    sys.path[:] = [p for p in sys.path if os.path.realpath(p) != SANDBOXED_PARENT and os.path.exists(p)]
+
+
+def private_tmp(file_mb: int) -> None:
+    """Namespace backends, oracle: a mount namespace of its own with a fresh tmpfs on ``/oracle`` (its working
+    folder), which the candidate's processes cannot see. Needs the supervisor's capabilities: call before confine."""
+    if libc.unshare(CLONE_NEWNS) != 0:
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS)")
+    mount("tmpfs", "/oracle", "tmpfs", MS_NOSUID | MS_NODEV, f"size={int(file_mb) * 2 + 1}m,mode=0777")
+
+
+def deny_unbounded_memory() -> None:
+    """seccomp: ``memfd_create`` and ``shmget`` fail with EPERM (other architectures' system calls too), so memory
+    outside the address space cannot pile up; needs ``no_new_privs``. No filter on architectures not listed."""
+    arch, denied = _SECCOMP_ARCH.get(os.uname().machine, (None, ()))
+    if arch is None:
+        return
+    ld_abs, jeq, ret = 0x20, 0x15, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_RET|BPF_K
+    deny, allow = 0x00050000 | 1, 0x7FFF0000  # SECCOMP_RET_ERRNO | EPERM, SECCOMP_RET_ALLOW
+    prog = [(ld_abs, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, deny), (ld_abs, 0, 0, 0)]
+    prog += [(jeq, len(denied) - i, 0, nr) for i, nr in enumerate(denied)]
+    prog += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
+    if os.uname().machine == "x86_64":  # x32 system calls (nr | 0x40000000) share the arch: deny them
+        prog[4:4] = [(0x35, len(prog) - 5, 0, 0x40000000)]  # BPF_JMP|BPF_JGE|BPF_K -> the final deny
+    raw = ctypes.create_string_buffer(b"".join(struct.pack("HBBI", *ins) for ins in prog))
+    fprog = struct.pack("HxxxxxxP", len(prog), ctypes.addressof(raw))
+    buf = ctypes.create_string_buffer(fprog)
+    args = (SECCOMP_MODE_FILTER, ctypes.addressof(buf), 0, 0)
+    if libc.prctl(PR_SET_SECCOMP, *map(ctypes.c_ulong, args)) != 0:
+        raise OSError(ctypes.get_errno(), "seccomp")

@@ -14,7 +14,7 @@ import json
 import os
 
 from .codec import NotPlainData, decode_value, encode_value
-from .os_calls import PR_SET_DUMPABLE, describe, prctl, report, write_all
+from .os_calls import PR_SET_DUMPABLE, describe, prctl, printable, report, write_all
 
 VERDICT_FD = 3
 
@@ -66,7 +66,7 @@ def run_tests(test: str, names: list[str], cap: int) -> None:
             if type(rec) is not dict or rec.get("o") not in ("ok", "raise", "memory", "loaded", "error"):
                 raise ValueError
             return rec
-        except ValueError:
+        except (ValueError, RecursionError):
             finish({"o": "error", "d": "malformed answer from the solution process"})
 
     first = answer()
@@ -91,7 +91,7 @@ def run_tests(test: str, names: list[str], cap: int) -> None:
             if rec["o"] == "memory":
                 finish({"o": "memory", "d": "MemoryError in the solution"})
             if rec["o"] == "raise":
-                raise _rebuilt_exception(rec.get("t", ""), str(rec.get("d", ""))[:300])
+                raise _rebuilt_exception(rec.get("t", ""), printable(rec.get("d", ""), 300))
             if rec["o"] != "ok":
                 finish({"o": "error", "d": "protocol violation by the solution process"})
             try:

@@ -129,5 +129,24 @@ def wait_status(pid: int) -> str:
     except ChildProcessError:
         return "gone"
     if os.WIFSIGNALED(status):
-        return f"signal {signal.Signals(os.WTERMSIG(status)).name}"
+        return f"signal {signal_name(os.WTERMSIG(status))}"
     return f"exit {os.WEXITSTATUS(status)}"
+
+
+def signal_name(number: int) -> str:
+    """``SIGKILL`` for 9; the number itself for signals without a name (real-time ones: a process can die of 40)."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
+
+
+def printable(text: object, limit: int = 500) -> str:
+    """A detail the candidate wrote, as plain one-line text: control characters (terminal escapes, newlines that
+    would forge log lines) become ``?``, at most ``limit`` characters.
+
+    >>> printable("ok\\x1b[2J\\nPASSED")
+    'ok?[2J?PASSED'
+    """
+    text = text if type(text) is str else type(text).__name__  # str() of a 900-deep list would raise
+    return "".join(c if c.isprintable() else "?" for c in text[:limit])

@@ -20,7 +20,7 @@ import sys
 import time
 
 from . import collect
-from .confine import MINIMAL_ENV, confine
+from .confine import MINIMAL_ENV, clean_sys_path, confine, private_tmp
 from .oracle import run_tests
 from .os_calls import (
     PR_SET_CHILD_SUBREAPER,
@@ -47,9 +47,12 @@ class Supervisor:
         self.nonce = spec["nonce"]
         self.backend = spec["backend"]  # "ns-root" | "ns-user" | "root" | "user"
         self.uid = spec.get("uid")
+        self.oracle_uid = spec.get("oracle_uid")  # root backends: the oracle's own uid, out of the candidate's reach
         self.limits = spec["limits"]
-        # Where started processes work: the tmpfs /tmp inside the namespaces, the run's scratch folder otherwise.
-        self.workdir = "/tmp" if self.backend.startswith("ns") else spec["scratch"]
+        # Where started processes work: the tmpfs /tmp inside the namespaces (the oracle mounts a private one over
+        # it), folders of the run's scratch otherwise.
+        self.workdir = spec["workdir"]
+        self.oracle_dir = spec["oracle_dir"]
         self.devnull = os.open(os.devnull, os.O_RDWR)
         self.sandboxed_dir = SANDBOXED_DIR_INSIDE if self.backend.startswith("ns") else SANDBOXED_DIR
         # The interpreter to exec, resolved before the file system is replaced: a venv's bin/ is visible there only
@@ -94,7 +97,6 @@ class Supervisor:
             "cpu_s": cpu_s,
             "workdir": self.workdir,
             "preimport": self.spec.get("preimport", []),
-            "sandboxed_parent": os.path.dirname(self.sandboxed_dir),
         }
         run_fd = os.memfd_create("run", 0)
         write_all(run_fd, json.dumps({**run, **settings}).encode())
@@ -113,11 +115,17 @@ class Supervisor:
         return pid
 
     def start_oracle(self, stdin_fd: int, stdout_fd: int, verdict_w: int, cpu_s: int) -> int:
-        """Program mode: fork the oracle (it keeps this process's copy of the test program) and confine it."""
+        """Program mode: fork the oracle (it keeps this process's copy of the test program) and confine it. The tests
+        read nothing the candidate can write: modules from the Python install only (no folder of ours on
+        ``sys.path``), files in a working folder of their own (namespaces: a private tmpfs in a mount namespace of
+        their own; ``root``: a folder of the oracle's uid)."""
         pid = self._fork_with_fds([stdin_fd, stdout_fd, verdict_w])
         if pid == 0:
             try:
-                confine(self.backend, self.uid, self.limits, cpu_s, self.workdir)
+                if self.backend.startswith("ns"):
+                    private_tmp(int(self.limits["file_mb"]))
+                clean_sys_path()
+                confine(self.backend, self.oracle_uid, self.limits, cpu_s, self.oracle_dir)
                 run_tests(self.spec["test"], self.spec["names"], int(self.limits["output_bytes"]))
             finally:
                 os._exit(70)
@@ -130,7 +138,8 @@ class Supervisor:
             if not victims:
                 break
             if self.backend in ("root", "ns-root"):
-                self._kill_uid()  # kill(-1) as the sandbox uid: atomic w.r.t. fork, reaches every process of it
+                for uid in (self.uid, self.oracle_uid):  # kill(-1) as each sandbox uid: atomic w.r.t. fork
+                    self._kill_uid(uid)
             for pid in victims:
                 try:
                     os.kill(pid, signal.SIGKILL)
@@ -145,16 +154,16 @@ class Supervisor:
         if self.backend.startswith("ns"):
             return [p for p in pids() if p != me]  # we are PID 1: everything else in the namespace is the run's
         if self.backend == "root":
-            return [p for p in pids() if p != me and proc_uid(p) == self.uid]
+            return [p for p in pids() if p != me and proc_uid(p) in (self.uid, self.oracle_uid)]
         # "user": we are a child subreaper, so orphaned descendants are re-parented to us.
         return [p for p in pids() if p != me and proc_ppid(p) == me]
 
-    def _kill_uid(self) -> None:
+    def _kill_uid(self, uid: int) -> None:
         pid = os.fork()
         if pid == 0:
             try:
-                os.setresgid(self.uid, self.uid, self.uid)
-                os.setresuid(self.uid, self.uid, self.uid)
+                os.setresgid(uid, uid, uid)
+                os.setresuid(uid, uid, uid)
                 os.kill(-1, signal.SIGKILL)
             finally:
                 os._exit(0)

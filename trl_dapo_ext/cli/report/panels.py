@@ -109,6 +109,19 @@ PANELS: tuple[Panel, ...] = (
         right_ylabel="completions",
     ),
     Panel(
+        "Dynamic sampling: screening funnel",
+        lines=(
+            Series("dynamic_sampling/screened_prompts", "prompts screened"),
+            Series("dynamic_sampling/completed_prompts", "completed to a group"),
+            Series("dynamic_sampling/dropped_prompts", "dropped after their probes"),
+            Series(
+                "dynamic_sampling/completions_per_informative_group", "completions per informative group", right=True
+            ),
+        ),
+        ylabel="prompts",
+        right_ylabel="completions",
+    ),
+    Panel(
         "Lengths and truncation",
         lines=(
             Series("completions/mean_length", "mean length"),

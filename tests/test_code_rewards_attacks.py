@@ -1,0 +1,213 @@
+"""The code sandbox's third adversarial review: each attack (tests/code_sandbox_attacks.py) in a fresh interpreter,
+on every backend this machine offers: as root (``ns-root``, the ``root`` fallback) and as an unprivileged user
+(``ns-user``, the ``user`` fallback; needs root to create that user's view of the interpreter). The subprocess
+timeout bounds the hangs: a verdict is asserted, never a duration.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+USER = "sbxtest"
+BACKENDS = ("ns-root", "root", "ns-user", "user")
+ISOLATION = {"ns-root": "namespaces", "ns-user": "namespaces", "root": "rlimits", "user": "rlimits"}
+
+# Run as USER in a private mount namespace: the interpreter may live under /root (pyenv), which USER cannot enter;
+# bind it back under a traversable tmpfs on /root.
+AS_USER = """set -e
+hold=$(mktemp -d)
+mount --bind /root "$hold"
+mount -t tmpfs -o mode=0755 tmpfs /root
+for d in $(ls -A "$hold"); do [ -d "$hold/$d" ] && mkdir "/root/$d" && mount --bind "$hold/$d" "/root/$d"; done
+exec setpriv --reuid={user} --regid={user} --clear-groups --reset-env env PYTHONPATH={path} "$@"
+"""
+
+
+def _ensure_user() -> bool:
+    try:
+        pwd.getpwnam(USER)
+        return True
+    except KeyError:
+        pass
+    if shutil.which("useradd") is None:
+        return False
+    return subprocess.run(["useradd", "-M", "-s", "/usr/sbin/nologin", USER]).returncode == 0
+
+
+def _runnable(backend: str) -> str | None:
+    """Why ``backend`` cannot be attacked here, or None."""
+    root = os.geteuid() == 0
+    if backend in ("ns-user", "user"):
+        if not root or not all(shutil.which(t) for t in ("setpriv", "unshare")) or not _ensure_user():
+            return "needs root, setpriv and unshare to run as an unprivileged user"
+        return None
+    return None if root else "the root backends need root"
+
+
+def attack(name: str, backend: str, timeout: float = 600) -> dict:
+    """Run ``code_sandbox_attacks.<name>`` on ``backend`` in a fresh interpreter and return what it reported."""
+    why = _runnable(backend)
+    if why:
+        pytest.skip(why)
+    path = f"{REPO}:{REPO / 'tests'}"
+    cmd = [sys.executable, str(REPO / "tests" / "code_sandbox_attacks.py"), name, ISOLATION[backend]]
+    env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
+    if backend in ("ns-user", "user"):
+        script = AS_USER.format(user=USER, path=path)
+        cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", *cmd]
+    try:
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd="/tmp")
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{name} on {backend}: no verdict within {timeout:g} s (the trainer hangs)")
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request):
+    return request.param
+
+
+def test_planted_module_does_not_reach_the_oracle(backend):
+    """Item 1: a wrong solution plants random.py where the oracle used to import from (package under /tmp)."""
+    got = attack("oracle_import_hijack", backend)
+    assert got["out"].startswith("0.0 ['failed']"), got
+    if backend != "user":  # the user fallback shares the trainer's uid: it can write the checkout (documented)
+        assert got["planted"] == [
+            "__init__.py",
+            "asserts.py",
+            "extract.py",
+            "formats.py",
+            "plain_eval.py",
+            "reward.py",
+            "runner.py",
+            "sandbox.py",
+            "source_names.py",
+        ], got
+
+
+def test_huge_int_with_float_tol_scores_zero(backend):
+    """Item 2: 10**400 against 2.5 with float_tol: a failure of that completion, not an error out of the call."""
+    assert attack("float_tol_overflow", backend) == {"scores": [1.0, 0.0]}
+
+
+def test_hash_colliding_set_is_rejected_not_decoded(backend):
+    """Item 3: a record holding 200k colliding set keys gets a verdict (not minutes of decoding)."""
+    got = attack("hash_collision_decode", backend, timeout=240)
+    assert got["outcomes"] in (["failed"], ["error"]), got
+
+
+def test_sysv_shm_and_memfd_cannot_hold_memory(backend):
+    """Item 4: with memory_mb=128 the candidate holds no SysV segment or memfd, and none outlives the run."""
+    got = attack("host_memory", backend)
+    assert [o for o, _ in got["outcomes"]] == ["passed"], got  # hog() held [0 MiB of SysV shm, 0 MiB of memfd]
+    assert got["left"] == 0, got
+
+
+def test_split_setup_sends_no_expected_value(backend):
+    """Item 5: cases tables and tuple unpacking that hold expected values stay test-side."""
+    assert attack("split_setup_leak", backend) == {"fractions": [0.0, 0.0, 0.0]}
+
+
+def test_candidate_crashing_the_supervisor_scores_zero(backend):
+    """Item 6: malformed deep JSON and death by a real-time signal are the candidate's failures (0.0), four in a
+    row raise nothing."""
+    assert attack("supervisor_crash", backend) == {"scores": [0.0, 0.0, 0.0, 0.0]}
+
+
+def test_parent_memory_stays_bounded(backend):
+    """Item 7: eight huge records do not pile up in the trainer (842 MiB before the fix)."""
+    got = attack("parent_memory", backend)
+    assert got["passed"] == 0 and got["grew_mib"] < 200, got
+
+
+def test_deep_tree_is_cleaned_and_correct_solution_scores(backend):
+    """Item 8: 3000 nested folders: the correct solutions score 1.0, nothing is left in the scratch root."""
+    assert attack("deep_tree", backend) == {"scores": [1.0] * 4, "left": []}
+
+
+def test_extract_code_is_not_quadratic():
+    """Item 10: 400 KiB of unclosed fences are parsed (the quadratic regex took about 20 minutes)."""
+    assert attack("extract_quadratic", "ns-root" if os.geteuid() == 0 else "ns-user", timeout=120) == {
+        "code": "x = 1\n"
+    }
+
+
+def test_float_tol_leaves_integers_exact(backend):
+    """Item 11: 999999000 is not 999999937 at float_tol=1e-6; floats still compare within the tolerance."""
+    got = attack("float_tol_integers", backend)
+    assert got == {"scores": [0.0, 0.0], "direct": [False, False], "floats_still_close": [True, True]}, got
+
+
+def test_tests_own_helper_wins_and_stays_test_side(backend):
+    """Item 12: identity encode/decode, or a decode reading the helper's input from the stack, score 0 when the
+    tests define the helper (split and program mode)."""
+    assert attack("test_helper_precedence", backend) == {"fractions": [0.0, 0.0, 0.0]}
+
+
+def test_stale_scratch_of_dead_trainers_is_removed(backend):
+    """Also: a killed trainer's scratch is removed at the next start; a live process's is kept."""
+    assert attack("stale_scratch", backend) == {"fraction": 1.0, "left": ["y"]}
+
+
+def test_candidate_text_reaches_the_logs_printable(backend):
+    """Also: terminal escapes and newlines in an exception message or an assert message become '?'."""
+    assert attack("control_characters", backend) == {"printable": [True, True]}
+
+
+VICTIM = """
+import os, sys
+from reward_funcs.code.runner import run_code_tests
+from reward_funcs.code.sandbox import resolve_backend
+resolve_backend({iso!r})
+open({ready!r}, "w").close()
+r = run_code_tests("import time\\ndef f(x):\\n    time.sleep(3)\\n    return 2 * x", "assert f(2) == 4",
+                   isolation={iso!r}, timeout_s=20)
+print([o.outcome for o in r.outcomes])
+"""
+KILLER = """
+import os, subprocess, sys, time
+victim = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", "sh", "-c",
+                           "echo 99 > /proc/sys/kernel/ns_last_pid; exec {py} {victim}"], stdout=subprocess.PIPE)
+from reward_funcs.code.runner import run_code_tests
+while not os.path.exists({ready!r}):
+    time.sleep(0.05)
+time.sleep(0.5)
+for _ in range(3):
+    run_code_tests("def g(x):\\n    return x", "assert g(1) == 1", isolation={iso!r})
+print(victim.communicate(timeout=300)[0].decode().strip())
+"""
+
+
+@pytest.mark.parametrize("backend", ["ns-root", "root"])
+def test_concurrent_trainers_never_share_a_uid(backend, tmp_path):
+    """Item 9: two trainers with the same pid (pid namespaces) and run counters in step: the one's end-of-run kill
+    must not take the other's candidate (a correct solution that sleeps)."""
+    if os.geteuid() != 0:
+        pytest.skip("uids are only drawn by the root backends")
+    iso = ISOLATION[backend]
+    ready, victim = str(tmp_path / "ready"), tmp_path / "victim.py"
+    victim.write_text(VICTIM.format(iso=iso, ready=ready))
+    killer = tmp_path / "killer.py"
+    killer.write_text(KILLER.format(iso=iso, ready=ready, py=sys.executable, victim=victim))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [
+        "unshare",
+        "--pid",
+        "--fork",
+        "--mount-proc",
+        "sh",
+        "-c",
+        f"echo 99 > /proc/sys/kernel/ns_last_pid; exec {sys.executable} {killer}",
+    ]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
+    assert out.stdout.strip().splitlines()[-1:] == ["['passed']"], out.stdout + out.stderr[-2000:]

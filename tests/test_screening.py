@@ -1,0 +1,231 @@
+"""Screening (``dynamic_sampling_screen_generations``) and the fixed per-step budget on a tiny model.
+
+A prompt is probed with k completions; only a prompt whose probes differ is completed to a group of G, in the next
+round of the same step. The reward is the prompt's kind ('right' 1, 'wrong' 0, 'varying' pseudo-random), so which
+prompts are mixed is known.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+import torch
+from helpers import grpo_kwargs
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_dynamic_sampling import G, build, ds_logs, kinds_dataset, prompt_kinds
+from test_fill_loss import LOSS_TYPES, assert_same_gradients, gradients, move_off_policy, without_rows
+from test_resume import after_checkpoint, steering_state
+from trl import GRPOTrainer
+
+from trl_dapo_ext import DAPOConfig
+from trl_dapo_ext.dynamic_sampling.screen_plan import screening_round, wanted_probes
+from trl_dapo_ext.metric_names import N, expected_names
+
+pytestmark = pytest.mark.trainer
+
+K = 2  # probes per prompt; G = 4: a completion is one more unit of 2
+SCREEN = dict(dynamic_sampling_screen_generations=K)
+KINDS = ["right", "wrong", "varying"]
+
+
+def parameter_digest(model) -> str:
+    return hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()
+
+
+def record_rounds(trainer) -> list[dict]:
+    """Per generation round: the step, the rows' prompts, and the policy's parameters when it generated."""
+    rounds = []
+    scored_round = trainer._scored_round
+
+    def recorded(rows, need_rewards=True):
+        rounds.append(
+            {
+                "step": trainer.state.global_step,
+                "prompts": [row["prompt"] for row in rows],
+                "policy": parameter_digest(trainer.model),
+                "group_size": trainer.num_generations,
+            }
+        )
+        return scored_round(rows, need_rewards)
+
+    trainer._scored_round = recorded
+    return rounds
+
+
+# --- the round plan --------------------------------------------------------------------------------------------
+
+
+def test_wanted_probes_by_hand():
+    # 3 groups missing at a mixed rate of 0.25: 12 prompts to screen; an estimate of 0 still plans a finite round
+    assert wanted_probes(3, 0.25) == 12 and wanted_probes(1, 0.0) == 20 and wanted_probes(-1, 0.5) == 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    processes=st.integers(1, 4),
+    units_to_complete=st.integers(0, 5),
+    data=st.data(),
+)
+def test_rounds_are_equal_hold_every_completion_and_respect_the_reserve(processes, units_to_complete, data):
+    pending = data.draw(st.lists(st.integers(0, 6), min_size=processes, max_size=processes))
+    missing = data.draw(st.lists(st.integers(-2, 10), min_size=processes, max_size=processes))
+    budget = data.draw(st.one_of(st.none(), st.integers(max(pending) * units_to_complete, 80)))
+    may_screen = data.draw(st.booleans())
+    probes = screening_round(
+        missing=missing,
+        pending=pending,
+        units_to_complete=units_to_complete,
+        mixed_rate=data.draw(st.floats(0.0, 1.0)),
+        may_screen=may_screen,
+        budget_units=budget,
+    )
+    units = {done * units_to_complete + new for done, new in zip(pending, probes)}
+    assert len(units) == 1 and min(probes) >= 0  # every process generates as many rows; completions first
+    if not may_screen:
+        assert units == {max(pending) * units_to_complete}  # no probe without a round to complete it
+    elif budget is not None:
+        (round_units,) = units
+        assert round_units <= budget  # the collector trims pending completions to the budget first
+        if round_units > max(pending) * units_to_complete:  # probes asked for, not forced by equal rounds
+            # each process's completions, plus each new probe with the completion it may need, fit the budget
+            for done, new in zip(pending, probes):
+                assert done * units_to_complete + new * (1 + units_to_complete) <= budget
+
+
+# --- the trainer -----------------------------------------------------------------------------------------------
+
+
+def test_groups_are_completed_by_the_policy_that_probed_them(make_model, tokenizer, tmp_path):
+    trainer, _, recorder = build(make_model, tokenizer, tmp_path, kinds_dataset(KINDS, 8), max_steps=3, **SCREEN)
+    rounds = record_rounds(trainer)
+    trainer.train()
+    by_step: dict[int, list[dict]] = {}
+    for entry in rounds:
+        by_step.setdefault(entry["step"], []).append(entry)
+    assert all(len(step) >= 2 for step in by_step.values())  # probes, then completions
+    for step in by_step.values():
+        assert len({entry["policy"] for entry in step}) == 1  # no optimizer step between a step's rounds
+        assert {entry["group_size"] for entry in step} == {K}  # TRL saw rounds of k-row groups
+    policies = [step[0]["policy"] for step in by_step.values()]
+    assert len(set(policies)) == len(policies)  # ... and one between steps
+    for batch in recorder.batches:  # whole groups of one prompt, only the varying kind
+        prompts = tokenizer.batch_decode(batch["prompt_ids"], skip_special_tokens=True)
+        assert all(len(set(prompts[i : i + G])) == 1 for i in range(0, len(prompts), G))
+        assert set(prompt_kinds(batch, tokenizer)) == {"varying"}
+
+
+def test_agreeing_probes_cost_k_completions_and_are_counted(make_model, tokenizer, tmp_path):
+    trainer, reward, _ = build(make_model, tokenizer, tmp_path, kinds_dataset(KINDS, 8), max_steps=3, **SCREEN)
+    rounds = record_rounds(trainer)
+    trainer.train()
+    generated = sum(len(call) for call in reward.calls)  # one reward call per round: every completion scored once
+    logs = ds_logs(trainer)
+    assert sum(h[N.DYNAMIC_SAMPLING_GENERATED_COMPLETIONS] for h in logs) == generated
+    for h in logs:
+        screened, completed = h[N.DYNAMIC_SAMPLING_SCREENED_PROMPTS], h[N.DYNAMIC_SAMPLING_COMPLETED_PROMPTS]
+        dropped = h[N.DYNAMIC_SAMPLING_DROPPED_PROMPTS]
+        assert h[N.DYNAMIC_SAMPLING_GENERATED_COMPLETIONS] == K * screened + (G - K) * completed
+        assert dropped >= 1 and completed == h[N.DYNAMIC_SAMPLING_ATTEMPTED_GROUPS] <= screened - dropped
+        informative = h[N.DYNAMIC_SAMPLING_RETAINED_GROUPS] + h[N.DYNAMIC_SAMPLING_DISCARDED_SURPLUS_GROUPS]
+        assert h[N.DYNAMIC_SAMPLING_COMPLETIONS_PER_INFORMATIVE_GROUP] == (
+            h[N.DYNAMIC_SAMPLING_GENERATED_COMPLETIONS] / informative
+        )
+    # 'right' and 'wrong' probes agree: only 'varying' prompts come back in a later round of their step
+    for step in {entry["step"] for entry in rounds}:
+        seen, completed = set(), set()
+        for entry in (entry for entry in rounds if entry["step"] == step):
+            prompts = set(entry["prompts"])
+            completed |= prompts & seen
+            seen |= prompts
+        assert completed and {prompt[0] for prompt in completed} == {"v"}
+
+
+def test_a_screening_run_logs_exactly_the_declared_names(make_model, tokenizer, tmp_path):
+    trainer, _, _ = build(make_model, tokenizer, tmp_path, kinds_dataset(KINDS, 8), max_steps=2, **SCREEN)
+    trainer.train()
+    logged = {name for h in ds_logs(trainer) for name in h if name.startswith("dynamic_sampling/")}
+    expected = {n for n in expected_names(dynamic_sampling=True, planner=False, screen=True)}
+    assert logged == {n for n in expected if n.startswith("dynamic_sampling/")}
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@given(kinds=st.lists(st.sampled_from(KINDS), min_size=6, max_size=9), screen=st.sampled_from([None, K]))
+def test_the_fixed_budget_is_never_exceeded(make_model, tokenizer, tmp_path_factory, kinds, screen):
+    tmp_path = tmp_path_factory.mktemp("budget")
+    trainer, reward, _ = build(
+        make_model,
+        tokenizer,
+        tmp_path,
+        kinds_dataset(kinds, 3),
+        max_steps=2,
+        dynamic_sampling_fixed_budget=True,
+        dynamic_sampling_screen_generations=screen,
+    )
+    rounds = record_rounds(trainer)
+    trainer.train()
+    budget = trainer.args.per_device_train_batch_size  # what plain GRPO generates per step on this process
+    for step in {entry["step"] for entry in rounds}:
+        assert sum(len(entry["prompts"]) for entry in rounds if entry["step"] == step) <= budget
+    for h in ds_logs(trainer):
+        informative = h[N.DYNAMIC_SAMPLING_RETAINED_GROUPS]
+        assert informative + h[N.DYNAMIC_SAMPLING_FILLED_GROUPS] == budget // G  # the rest of the batch masked
+        if screen is None:  # GRPO's own groups, the zero-variance ones masked, nothing more
+            assert h[N.DYNAMIC_SAMPLING_ROUNDS] == 1 and h[N.DYNAMIC_SAMPLING_GENERATED_COMPLETIONS] == budget
+
+
+@pytest.mark.parametrize(
+    "overrides", [{"loss_type": name, **settings} for name, settings in LOSS_TYPES.items()], ids=list(LOSS_TYPES)
+)
+def test_masked_rows_of_a_fixed_budget_leave_every_loss(make_model, tokenizer, tmp_path, overrides):
+    """A step that found fewer informative groups than the batch holds trains as TRL would on those alone."""
+    trainer, _, _ = build(
+        make_model,
+        tokenizer,
+        tmp_path,
+        kinds_dataset(["varying", "right"], 12),
+        dynamic_sampling_fixed_budget=True,
+        num_iterations=2,  # TRL keeps the log-probabilities of each round
+        **SCREEN,
+        **overrides,
+    )
+    trainer.model.train()
+    rows = [dict(trainer.train_dataset[i]) for i in (0, 1) for _ in range(G)]  # index 0 varies, index 1 is right
+    batch = trainer._generate_and_score_completions(rows)
+    filled = torch.tensor([kind == "right" for kind in prompt_kinds(batch, tokenizer)])
+    assert filled.tolist() == [False] * G + [True] * G
+    move_off_policy(trainer)
+    ours = gradients(trainer.model, trainer.compute_loss(trainer.model, batch))
+    reference = gradients(trainer.model, GRPOTrainer.compute_loss(trainer, trainer.model, without_rows(batch, filled)))
+    assert_same_gradients(ours, reference)
+
+
+def test_resume_continues_screening_exactly(make_model, tokenizer, tmp_path):
+    dataset = kinds_dataset(["right", "varying", "wrong"], repeat=8)
+    settings = dict(max_steps=4, save_strategy="steps", save_steps=2, dynamic_sampling_skip_window=1, **SCREEN)
+    full, _, _ = build(make_model, tokenizer, tmp_path, dataset, **settings)
+    full.train()
+    resumed, _, _ = build(make_model, tokenizer, tmp_path, dataset, **settings)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+    assert after_checkpoint(resumed) == after_checkpoint(full) != []
+    assert steering_state(resumed) == steering_state(full)
+    assert steering_state(full)["mixed_probes"] != [0.0, 0.0]  # the screening estimate is part of the state
+    assert parameter_digest(resumed.model) == parameter_digest(full.model)
+
+
+@pytest.mark.parametrize(
+    "settings, says",
+    [
+        ({"dynamic_sampling_screen_generations": 3}, "divides"),
+        ({"dynamic_sampling_screen_generations": 4}, "smaller"),
+        ({"dynamic_sampling_screen_generations": 1}, "at least 2"),
+        ({"dynamic_sampling_screen_generations": 2, "dynamic_sampling_max_rounds": 1}, "at least 2"),
+        ({"dynamic_sampling_fixed_budget": True, "dynamic_sampling_max_groups_per_step": 4}, "Keep one"),
+        ({"dynamic_sampling": False, "dynamic_sampling_screen_generations": 2}, "dynamic_sampling=True"),
+        ({"dynamic_sampling": False, "dynamic_sampling_fixed_budget": True}, "dynamic_sampling=True"),
+    ],
+)
+def test_configuration_errors_say_what_to_change(tmp_path, settings, says):
+    with pytest.raises(ValueError, match=says):
+        DAPOConfig(**grpo_kwargs(tmp_path, **{"dynamic_sampling": True, **settings}))

@@ -1,0 +1,308 @@
+"""Screening rounds: probe each prompt with k completions, complete to a full group only those that can teach.
+
+`ScreeningCollector` is the `rounds.BatchCollector` of ``dynamic_sampling_screen_generations=k`` (and of
+``dynamic_sampling_fixed_budget``). Each round generates, on every process, first the completions of the prompts whose
+probes were mixed in the previous round (``G - k`` more rows each), then the probes of new prompts (``k`` rows each):
+TRL generates the round with ``num_generations`` set to ``k``, so that every ``k`` consecutive rows are one prompt's,
+whatever the backend. A completed prompt's group is its probe rows (from the earlier round) followed by its
+completion rows: one policy generated both (no optimizer step between the rounds of a step), and each row keeps the
+old log-probabilities and vLLM importance weights of its own round. A prompt whose probes all agree is dropped,
+having cost ``k`` completions; its probes still teach the prompt history and the mixed-rate estimate.
+
+How many new prompts a round screens is `screen_plan.screening_round`'s decision, from gathered counts, taken by the
+main process and broadcast. With a fixed budget the step generates at most the batch's rows per process and trains on
+the informative groups it found; the rest of the batch is masked (fill groups: uninformative groups, or the probes of
+dropped prompts repeated to a group's size, out of the loss and of its denominator). Without screening (``k = G``)
+the same collector trains GRPO's own groups with the zero-variance ones masked.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from accelerate.utils import broadcast, gather_object
+
+from ..core.groups import GroupOutcome
+from ..metric_names import N
+from .assembly import RoundRows, SelectedGroups
+from .counts import GroupCounts, added
+from .rounds import PROMPT_INDEX_COLUMN, BatchCollector, _empty_like
+from .screen_plan import screening_round
+
+
+def collector_class(args: Any) -> type[BatchCollector]:
+    """The collector of a step: screening (or a fixed budget) collects its own way, refill the usual one."""
+    if args.dynamic_sampling_screen_generations is not None or args.dynamic_sampling_fixed_budget:
+        return ScreeningCollector
+    return BatchCollector
+
+
+@dataclass
+class Probe:
+    """A prompt screened on this process: its dataset row and index, and where its ``k`` probe rows are."""
+
+    row: dict[str, Any]
+    index: int
+    round_rows: RoundRows
+    rows: torch.Tensor  # local rows of ``round_rows``
+
+    def part(self, filled: bool = False) -> SelectedGroups:
+        return self.round_rows.take(self.rows, filled)
+
+    def as_fill_group(self, num_generations: int) -> list[SelectedGroups]:
+        """The probes repeated to a group's size: rows for a masked fill group (never trained on)."""
+        return [self.round_rows.take(self.rows.repeat(num_generations // len(self.rows)), filled=True)]
+
+
+class ScreeningCollector(BatchCollector):
+    """One optimizer batch collected with screening (see the module docstring)."""
+
+    def __init__(self, trainer: Any, inputs: list[dict[str, Any]]):
+        args = trainer.args
+        self.probe_size = args.dynamic_sampling_screen_generations or trainer.num_generations
+        self.fixed_budget = args.dynamic_sampling_fixed_budget
+        self.pending: list[Probe] = []  # mixed probes, completed in the next round
+        self.fill_pool: list[list[SelectedGroups]] = []  # uninformative groups (or repeated probes) for masking
+        self.generated_rows = 0  # rows of every round, every process
+        self.funnel = [0, 0]  # screened prompts and those dropped after their probes (every process)
+        super().__init__(trainer, inputs)
+
+    # ------------------------------------------------------------------------------------------------ sizes
+
+    @property
+    def units_to_complete(self) -> int:
+        """Rounds' units (``k`` rows) that complete one screened prompt to a full group."""
+        return self.num_generations // self.probe_size - 1
+
+    def _budget_units(self) -> int | None:
+        """What the step may generate per process, in units of ``k`` completions (None: no budget)."""
+        groups = self.target if self.fixed_budget else self.trainer.args.dynamic_sampling_max_groups_per_step
+        return None if groups is None else groups * self.num_generations // self.probe_size
+
+    def _plan(self, round_index: int, kept: list[int], pending: list[int], used_units: int) -> list[int] | None:
+        """New probes per process for round ``round_index + 1``, or None to stop (every process holds its target,
+        or no round is left or worth generating). The main process's plan, on every process."""
+        args = self.trainer.args
+        budget = self._budget_units()
+        stop = min(kept) >= self.target or round_index >= args.dynamic_sampling_max_rounds
+        counts = [0] * len(kept)
+        if not stop:
+            completion_rounds = 1 if self.units_to_complete else 0
+            counts = screening_round(
+                missing=[max(self.target - k - p, 0) for k, p in zip(kept, pending)],
+                pending=pending,
+                units_to_complete=self.units_to_complete,
+                mixed_rate=self.sampler.mixed_rate(),
+                may_screen=round_index + 1 + completion_rounds <= args.dynamic_sampling_max_rounds,
+                budget_units=None if budget is None else budget - used_units,
+                max_probes=int(args.dynamic_sampling_max_oversample * self.target),
+            )
+            stop = not any(counts) and not any(pending)
+        accelerator = self.trainer.accelerator
+        if accelerator.num_processes > 1:  # the main process's decision (see BatchCollector._main_process_plan)
+            encoded = torch.tensor([int(stop), *counts], device=accelerator.device)
+            stop, *counts = broadcast(encoded, from_process=0).tolist()
+        return None if stop else [int(count) for count in counts]
+
+    def _plan_first_round(self, own_global: list[int]) -> int:
+        """Extra probes (per process) round 1 adds to the batch's own prompts."""
+        processes = self.trainer.accelerator.num_processes
+        counts = self._plan(0, [0] * processes, [0] * processes, used_units=0)
+        return max((counts or [self.target])[self.trainer.accelerator.process_index] - self.target, 0)
+
+    # ------------------------------------------------------------------------------------------------ rounds
+
+    def collect(self) -> dict[str, torch.Tensor | Any]:
+        own = [(row, index) for row, index in zip(self.inputs[:: self.num_generations], self.own_indices)]
+        extra = self.sampler.draw_each(self._gathered([self.first_refill]), round_index=1)
+        new = own + [(self._dataset_row(index), index) for index in extra]
+        round_index, used_units = 1, 0
+        while True:
+            self.rounds = round_index
+            used_units += len(self.pending) * self.units_to_complete + len(new)
+            self._screening_round(new, round_index)
+            self._trim_pending(used_units)
+            kept, pending = self._gathered_pair(self._kept_groups(), len(self.pending))
+            counts = self._plan(round_index, kept, pending, used_units)
+            if counts is None:
+                break
+            round_index += 1
+            indices = self.sampler.draw_each(counts, round_index)
+            new = [(self._dataset_row(index), index) for index in indices]
+        self._drop(self.pending)  # mixed probes the step had no use for any more
+        self.sampler.end_step()
+        self.trainer._logs = self.original_logs
+        return self._finish()
+
+    def _trim_pending(self, used_units: int) -> None:
+        """Under a budget, drop the mixed prompts whose completion no longer fits (the same cap on every process:
+        rounds are equal, so is what they used). Each probe reserves its completion when it is planned; only a
+        process that screened more than it asked for, to keep the rounds equal, can find its reserve spent."""
+        budget = self._budget_units()
+        if budget is None or not self.units_to_complete:
+            return
+        fits = max(budget - used_units, 0) // self.units_to_complete
+        self._drop(self.pending[fits:])
+        self.pending = self.pending[:fits]
+
+    def _dataset_row(self, index: int) -> dict[str, Any]:
+        row = dict(self.trainer.train_dataset[index])
+        row.pop(PROMPT_INDEX_COLUMN, None)
+        return row
+
+    def _kept_groups(self) -> int:
+        return sum(len(part.origin) for part in self.kept) // self.num_generations
+
+    def _gathered_pair(self, first: int, second: int) -> tuple[list[int], list[int]]:
+        gathered = self._gathered([first, second])
+        return gathered[0::2], gathered[1::2]
+
+    def _screening_round(self, new: list[tuple[dict[str, Any], int]], round_index: int) -> None:
+        """Generate the pending completions and the new prompts' probes; keep, queue or drop each prompt."""
+        trainer, sampler, G, k = self.trainer, self.sampler, self.num_generations, self.probe_size
+        completing, self.pending = self.pending, []
+        rows = [probe.row for probe in completing for _ in range(G - k)]
+        rows += [row for row, _ in new for _ in range(k)]
+        if trainer.log_completions:
+            trainer._logs = self.round_logs[round_index] = _empty_like(self.original_logs)
+        started = time.perf_counter()
+        output, scored = self._generate(rows)
+        self._time_round(len(rows), time.perf_counter() - started)
+        self.generated_rows += len(rows) * trainer.accelerator.num_processes
+        self.unscored.add(scored.rewards_per_func, sampler.filter_indices, trainer.task_reward_indices)
+        if trainer.args.diagnostics:
+            self.generated_ids.append(scored.completion_ids)
+        local_rewards = trainer._local_rows(scored.rewards_per_func, len(rows))
+        sampler.observe_rewards(scored.rewards_per_func)
+        round_rows = RoundRows(output, scored, local_rewards, round_index, local_count=len(rows))
+
+        # Completed prompts: probe rows, then completion rows, one group of G.
+        counts, observed = GroupCounts(), []
+        groups = []
+        for position, probe in enumerate(completing):
+            completion = round_rows.take(torch.arange(position * (G - k), (position + 1) * (G - k)))
+            groups.append([probe.part(), completion])
+        if groups:
+            group_rewards = torch.cat([part.rewards_per_func for group in groups for part in group])
+            classified = sampler.classify(group_rewards, size=G)
+            counts = self._keep(groups, classified, completing, observed)
+        # New prompts: their probes (a whole group when k = G).
+        first_probe_row = len(completing) * (G - k)
+        probes = [
+            Probe(row, index, round_rows, torch.arange(first_probe_row + i * k, first_probe_row + (i + 1) * k))
+            for i, (row, index) in enumerate(new)
+        ]
+        if probes:
+            probe_rewards = local_rewards[first_probe_row:]
+            classified = sampler.classify(probe_rewards, size=k)
+            if k == G:
+                counts = added(counts, self._keep([[p.part()] for p in probes], classified, probes, observed))
+            else:
+                for probe, mixed, outcome, upper, scorable in zip(
+                    probes, classified.informative.tolist(), *self._per_group(classified)
+                ):
+                    if mixed:
+                        self.pending.append(probe)
+                    else:
+                        self._drop([probe])
+                        observed.append((probe.index, outcome, upper, scorable))
+        self._gather_round(counts, len(new), len(self.pending), observed, groups, round_index)
+
+    def _per_group(self, classified) -> tuple[list[int], list[int], list[int]]:
+        return [int(o) for o in classified.outcomes], classified.upper, classified.scorable
+
+    def _keep(self, groups, classified, prompts, observed) -> GroupCounts:
+        """Keep the informative groups the batch still needs; the rest are surplus or fill candidates."""
+        kept_before = self._kept_groups()
+        informative = classified.informative.tolist()
+        take = [i for i, flag in enumerate(informative) if flag][: max(self.target - kept_before, 0)]
+        for i in take:
+            self.kept.extend(groups[i])
+        self.fill_pool.extend(group for group, flag in zip(groups, informative) if not flag)
+        for prompt, outcome, upper, scorable in zip(prompts, *self._per_group(classified)):
+            observed.append((prompt.index, outcome, upper, scorable))
+        outcomes = classified.outcomes
+        return GroupCounts(
+            attempted=len(groups),
+            informative=sum(informative),
+            surplus=sum(informative) - len(take),
+            all_max=outcomes.count(GroupOutcome.ALL_MAX),
+            all_min=outcomes.count(GroupOutcome.ALL_MIN),
+            other=outcomes.count(GroupOutcome.OTHER),
+        )
+
+    def _drop(self, probes: list[Probe]) -> None:
+        """Probes not completed: counted as dropped, kept as fill material (repeated to a group, masked)."""
+        if self.units_to_complete:
+            self.fill_pool.extend(probe.as_fill_group(self.num_generations) for probe in probes)
+
+    def _generate(self, rows: list[dict[str, Any]]):
+        """One TRL round whose groups are ``k`` rows (so every backend sees one prompt per ``k`` rows)."""
+        trainer = self.trainer
+        trainer.num_generations = self.probe_size
+        try:
+            return trainer._scored_round(rows)
+        finally:
+            trainer.num_generations = self.num_generations
+
+    def _gather_round(self, counts, screened, mixed, observed, groups, round_index) -> None:
+        """Every process's counts of the round: step totals, the funnel, the history and the mixed-rate estimate."""
+        accelerator = self.trainer.accelerator
+        local = torch.tensor([self._kept_groups(), *counts, screened, mixed], device=accelerator.device)
+        gathered = accelerator.gather(local).view(accelerator.num_processes, -1).cpu()
+        self.kept_per_process = gathered[:, 0].tolist()
+        self.totals = added(self.totals, GroupCounts(*(int(v) for v in gathered[:, 1:-2].sum(dim=0))))
+        screened_all, mixed_all = (int(v) for v in gathered[:, -2:].sum(dim=0))
+        if self.units_to_complete:
+            self.sampler.observe_probes(screened_all, mixed_all)
+            self.funnel[0] += screened_all
+            self.funnel[1] += screened_all - mixed_all
+        every = [item for part in gather_object([observed]) for item in part]
+        if every:
+            self.sampler.observe_groups(*(list(column) for column in zip(*every)))
+        if self.trainer.args.diagnostics:
+            rewards = [torch.cat([p.rewards_per_func for p in group]).cpu() for group in groups]
+            gathered_rewards = [r for part in gather_object([rewards]) for r in part]
+            if gathered_rewards:
+                self.attempted_rewards.append(torch.cat(gathered_rewards))
+        self._show_progress(round_index)
+
+    # ------------------------------------------------------------------------------------------------ the batch
+
+    def _finish(self) -> dict[str, torch.Tensor | Any]:
+        """Mask fill groups into what the informative groups leave free (a fixed budget expects to; otherwise as
+        ``dynamic_sampling_on_exhausted`` says), assemble the batch and log the step."""
+        retained_per_process = [min(kept, self.target) for kept in self.kept_per_process]
+        missing = self.target - self._kept_groups()
+        if min(retained_per_process) < self.target and not self.fixed_budget:
+            self._exhausted(retained_per_process)
+        fillers = self.fill_pool[: max(missing, 0)]
+        if len(fillers) < missing:  # cannot happen: every prompt is kept, completed or dropped
+            raise RuntimeError(f"dynamic sampling lost track of groups: {missing} missing, {len(fillers)} fillers")
+        if self.trainer.args.diagnostics and not self.attempted_rewards:  # no group was completed this step
+            self.attempted_rewards.append(
+                self.trainer.accelerator.gather(torch.cat([p.rewards_per_func for p in self.kept + sum(fillers, [])]))
+            )
+        return self._assemble(
+            self.kept + [part for group in fillers for part in group], len(fillers), retained_per_process
+        )
+
+    def _generated_completions(self) -> int:
+        return self.generated_rows
+
+    def _extra_step_metrics(self) -> dict[str, float]:
+        if not self.units_to_complete:
+            return {}
+        screened, dropped = self.funnel
+        informative = self.totals.informative
+        return {
+            N.DYNAMIC_SAMPLING_SCREENED_PROMPTS: screened,
+            N.DYNAMIC_SAMPLING_COMPLETED_PROMPTS: self.totals.attempted,
+            N.DYNAMIC_SAMPLING_DROPPED_PROMPTS: dropped,
+            N.DYNAMIC_SAMPLING_COMPLETIONS_PER_INFORMATIVE_GROUP: (
+                self.generated_rows / informative if informative else float("nan")
+            ),
+        }
