@@ -142,10 +142,9 @@ def agree(output_dir: str, **config) -> dict:
         output_dir,
         dynamic_sampling=True,
         max_steps=3,
-        dynamic_sampling_oversample=1.5,
         scale_rewards="batch",
         gradient_accumulation_steps=2,
-        **config,
+        **{"dynamic_sampling_oversample": 1.5, **config},  # config may set it (None: screening sizes its rounds)
     )
     recorder = BatchRecorder(trainer)
     losses = record_losses(trainer)

@@ -95,7 +95,7 @@ def assert_ranks_agree(reports: list[dict]) -> None:
 def test_two_processes_agree_with_screening(tmp_path):
     """Screening: each rank completes its own mixed prompts, screens the rest of an equal round, and both take the
     main process's round sizes."""
-    config = {"dynamic_sampling_screen_generations": 2}
+    config = {"dynamic_sampling_screen_generations": 2, "dynamic_sampling_oversample": None}
     reports = [report["agree"] for report in run_on_two_processes(tmp_path, "agree", config=config)]
     assert_ranks_agree(reports)
     for log in reports[0]["logs"]:

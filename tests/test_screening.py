@@ -222,6 +222,8 @@ def test_resume_continues_screening_exactly(make_model, tokenizer, tmp_path):
         ({"dynamic_sampling_screen_generations": 1}, "at least 2"),
         ({"dynamic_sampling_screen_generations": 2, "dynamic_sampling_max_rounds": 1}, "at least 2"),
         ({"dynamic_sampling_fixed_budget": True, "dynamic_sampling_max_groups_per_step": 4}, "Keep one"),
+        ({"dynamic_sampling_screen_generations": 2, "dynamic_sampling_oversample": 2.0}, "oversample=None"),
+        ({"dynamic_sampling_fixed_budget": True, "dynamic_sampling_confidence": 0.9}, "confidence=None"),
         ({"dynamic_sampling": False, "dynamic_sampling_screen_generations": 2}, "dynamic_sampling=True"),
         ({"dynamic_sampling": False, "dynamic_sampling_fixed_budget": True}, "dynamic_sampling=True"),
     ],

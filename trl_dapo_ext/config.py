@@ -447,6 +447,14 @@ class DAPOConfig(GRPOConfig):
                 f"num_generations={self.num_generations} and is smaller than it (a prompt's probes, completed to a "
                 "full group in rounds of that many rows; SPEED-RL used 4 of 24), or None to screen nothing."
             )
+        screening = screen is not None or self.dynamic_sampling_fixed_budget
+        for name in ("dynamic_sampling_oversample", "dynamic_sampling_confidence"):
+            if screening and getattr(self, name) is not None:
+                raise ValueError(
+                    f"{name}={getattr(self, name)!r} sizes refill rounds, but with dynamic_sampling_screen_generations "
+                    "or dynamic_sampling_fixed_budget the rounds are sized from the share of mixed probes (and the "
+                    f"budget); leave {name}=None."
+                )
         if screen is not None and self.dynamic_sampling_max_rounds < 2:
             raise ValueError(
                 f"dynamic_sampling_screen_generations={screen} completes a prompt in the round after its probes, but "
