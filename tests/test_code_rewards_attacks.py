@@ -6,6 +6,7 @@ timeout bounds the hangs: a verdict is asserted, never a duration.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import pwd
@@ -43,14 +44,34 @@ def _ensure_user() -> bool:
     return subprocess.run(["useradd", "-M", "-s", "/usr/sbin/nologin", USER]).returncode == 0
 
 
+def _as_user(cmd: list[str]) -> list[str]:
+    """``cmd`` run as USER in a private mount namespace (see AS_USER)."""
+    script = AS_USER.format(user=USER, path=f"{REPO}:{REPO / 'tests'}")
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", *cmd]
+
+
+@functools.lru_cache(maxsize=1)
+def _user_cannot_run() -> str | None:
+    """Why USER cannot run this checkout's interpreter and tests here, or None."""
+    if os.geteuid() != 0 or not all(shutil.which(t) for t in ("setpriv", "unshare")) or not _ensure_user():
+        return "needs root, setpriv and unshare to run as an unprivileged user"
+    probe = subprocess.run(
+        _as_user([sys.executable, "-c", f"open({str(REPO / 'tests' / 'code_sandbox_attacks.py')!r}).close()"]),
+        capture_output=True,
+        text=True,
+        cwd="/tmp",
+        timeout=120,
+    )
+    if probe.returncode != 0:  # e.g. a checkout in a folder only root may enter (mktemp -d)
+        return f"{USER} cannot read this checkout or its interpreter: {probe.stderr.strip()[-300:]}"
+    return None
+
+
 def _runnable(backend: str) -> str | None:
     """Why ``backend`` cannot be attacked here, or None."""
-    root = os.geteuid() == 0
     if backend in ("ns-user", "user"):
-        if not root or not all(shutil.which(t) for t in ("setpriv", "unshare")) or not _ensure_user():
-            return "needs root, setpriv and unshare to run as an unprivileged user"
-        return None
-    return None if root else "the root backends need root"
+        return _user_cannot_run()
+    return None if os.geteuid() == 0 else "the root backends need root"
 
 
 def attack(name: str, backend: str, timeout: float = 600) -> dict:
@@ -62,8 +83,7 @@ def attack(name: str, backend: str, timeout: float = 600) -> dict:
     cmd = [sys.executable, str(REPO / "tests" / "code_sandbox_attacks.py"), name, ISOLATION[backend]]
     env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
     if backend in ("ns-user", "user"):
-        script = AS_USER.format(user=USER, path=path)
-        cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", *cmd]
+        cmd = _as_user(cmd)
     try:
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd="/tmp")
     except subprocess.TimeoutExpired:

@@ -143,7 +143,6 @@ class DynamicSampler:
             self._seed_history(args.dynamic_sampling_history_from, dataset_size)
         # Screening: the share of prompts whose probes are mixed (decayed per step, like the planner's retention).
         self.mixed_probes = RetentionEstimate()
-        self.step_probes = [0, 0]  # this step's [screened, mixed] prompts, folded into mixed_probes at end_step
         self.reward_range = [math.inf, -math.inf]  # filter-reward extremes seen so far (all_max / all_min split)
         self.warned_fill = False  # the fill warning is given once per run
         self.begin_step(step=0)  # sets what lives for one step: step, skip_counts, generation_seconds
@@ -191,6 +190,7 @@ class DynamicSampler:
         self.stream.begin_step(list(own_indices))
         self.skip_counts = SkipCounts()  # refill prompts skipping passed over in this step
         self.generation_seconds = 0.0  # the step's generation and scoring time (slowest process)
+        self.step_probes = [0, 0]  # screening: this step's [screened, mixed] prompts, folded in at end_step
 
     def draw(self, groups_per_process: int, round_index: int) -> list[int]:
         """Dataset indices of this process's ``groups_per_process`` refill prompts of round ``round_index``.
