@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 # When a metric is logged. Every name is also subject to its section's switch (diagnostics / dynamic_sampling).
-Condition = Literal["always", "overlong", "cuda", "planner", "cost", "skip", "screen"]
+Condition = Literal["always", "overlong", "cuda", "planner", "cost", "skip", "screen", "beta", "vllm", "tools"]
 
 CONDITIONS: dict[Condition, str] = {
     "always": "every step",
@@ -34,6 +34,9 @@ CONDITIONS: dict[Condition, str] = {
     "cost": "with the adaptive planner sizing rounds by cost (the default, `dynamic_sampling_confidence=None`)",
     "skip": "with `dynamic_sampling_skip_window > 0`",
     "screen": "with screening (`dynamic_sampling_screen_generations` set)",
+    "beta": "with a KL penalty (`beta > 0`)",
+    "vllm": "with vLLM generation (`use_vllm=True`)",
+    "tools": "with tools (`tools=` passed to the trainer)",
 }
 
 
@@ -397,7 +400,7 @@ TRL_METRICS: tuple[Metric, ...] = (
     Metric("clip_ratio/region_mean", "share of tokens whose ratio was clipped", "under 0.2"),
     Metric("clip_ratio/low_mean", "share of tokens clipped below `1 - epsilon` (negative advantages)", "small"),
     Metric("clip_ratio/high_mean", "share of tokens clipped above `1 + epsilon_high` (positive advantages)", "small"),
-    Metric("kl", "KL to the reference (only with `beta > 0`)", "steady growth, no jumps"),
+    Metric("kl", "KL to the reference", "steady growth, no jumps", "beta"),
     Metric("grad_norm", "gradient norm before clipping", "finite, no spikes"),
     Metric("loss", "the policy loss of the step", "finite; its level says little (advantages are centred)"),
     Metric("step_time", "seconds per training step", "stable"),
@@ -412,17 +415,20 @@ TRL_METRICS: tuple[Metric, ...] = (
         "vLLM: mean ratio of the trainer's to vLLM's token probabilities (also `/min`, `/max`); with dynamic "
         "sampling, over every round of the step, discarded groups included",
         "close to 1",
+        "vllm",
     ),
     Metric(
         "sampling/sampling_logp_difference/mean",
         "vLLM: mean absolute difference of the trainer's and vLLM's token log-probabilities (also `/max`); with "
         "dynamic sampling, over every round",
         "about 1e-3 (weights in sync)",
+        "vllm",
     ),
     Metric(
         "tools/call_frequency",
         "tool calls per completion (also `tools/failure_frequency`); with dynamic sampling, over every round",
         "task-dependent",
+        "tools",
     ),
 )
 
@@ -541,7 +547,7 @@ def render_markdown() -> str:
         "logs with TRL's `log_metric`) cover every generation round of the step, discarded groups included.",
         "",
     ]
-    lines += _table(TRL_METRICS, with_condition=False)
+    lines += _table(TRL_METRICS, with_condition=True)
     return "\n".join(lines) + "\n"
 
 
