@@ -152,12 +152,12 @@ def test_every_attribute_is_saved_configured_or_reset_each_step():
     """A new attribute must be placed in one of these sets: saved in the state dict (it steers later steps), set from
     the config (rebuilt on resume), or reset by begin_step (it lives for one step). Otherwise a resume could silently
     differ from the uninterrupted run."""
-    saved = {"stream", "planner", "history", "reward_range", "mixed_probes"}
+    saved = {"stream", "planner", "history", "reward_range", "screening"}
     configured = {"args", "num_generations", "num_processes", "process_index", "filter_indices", "reward_weights"}
     configured |= {"skips_prompts", "warned_fill"}  # warned_fill: a resumed run may warn once more
-    per_step = {"step", "skip_counts", "generation_seconds", "step_probes"}
+    per_step = {"step", "skip_counts", "generation_seconds"}
     sampler = make_sampler()
     assert set(vars(sampler)) == saved | configured | per_step
     state_keys = {"refill": "stream", "planner": "planner", "history": "history", "reward_range": "reward_range"}
-    state_keys["mixed_probes"] = "mixed_probes"
+    state_keys["screening"] = "screening"
     assert {state_keys[key] for key in sampler.state_dict()} == saved

@@ -20,6 +20,8 @@ from test_resume import after_checkpoint, steering_state
 from trl import GRPOTrainer
 
 from trl_dapo_ext import DAPOConfig
+from trl_dapo_ext.dynamic_sampling import screening_rounds
+from trl_dapo_ext.dynamic_sampling.retention import RetentionEstimate
 from trl_dapo_ext.dynamic_sampling.screen_plan import screening_round, wanted_probes
 from trl_dapo_ext.metric_names import N, expected_names
 
@@ -116,8 +118,27 @@ def test_groups_are_completed_by_the_policy_that_probed_them(make_model, tokeniz
         assert set(prompt_kinds(batch, tokenizer)) == {"varying"}
 
 
-def test_agreeing_probes_cost_k_completions_and_are_counted(make_model, tokenizer, tmp_path):
+def never_worth_completing(trainer, monkeypatch) -> None:
+    """The screening estimates as after a long run in which completing agreeing prompts never paid; no exploring."""
+    monkeypatch.setattr(screening_rounds, "EXPLORE_SHARE", 0.0)
+    trainer.dynamic_sampling.screening.completed.estimates["earlier steps"] = RetentionEstimate(0.0, 0.0, 0.0, 1e3)
+
+
+def completed_prompts_per_step(rounds: list[dict]) -> dict[int, set[str]]:
+    """The prompts of each step that came back in a later round of their step (were completed)."""
+    completed: dict[int, set[str]] = {}
+    for step in {entry["step"] for entry in rounds}:
+        seen = set()
+        for entry in (entry for entry in rounds if entry["step"] == step):
+            prompts = set(entry["prompts"])
+            completed.setdefault(step, set()).update(prompts & seen)
+            seen |= prompts
+    return completed
+
+
+def test_agreeing_probes_cost_k_completions_and_are_counted(make_model, tokenizer, tmp_path, monkeypatch):
     trainer, reward, _ = build(make_model, tokenizer, tmp_path, kinds_dataset(KINDS, 8), max_steps=3, **SCREEN)
+    never_worth_completing(trainer, monkeypatch)
     rounds = record_rounds(trainer)
     trainer.train()
     generated = sum(len(call) for call in reward.calls)  # one reward call per round: every completion scored once
@@ -133,13 +154,46 @@ def test_agreeing_probes_cost_k_completions_and_are_counted(make_model, tokenize
             h[N.DYNAMIC_SAMPLING_GENERATED_COMPLETIONS] / informative
         )
     # 'right' and 'wrong' probes agree: only 'varying' prompts come back in a later round of their step
-    for step in {entry["step"] for entry in rounds}:
-        seen, completed = set(), set()
-        for entry in (entry for entry in rounds if entry["step"] == step):
-            prompts = set(entry["prompts"])
-            completed |= prompts & seen
-            seen |= prompts
+    for completed in completed_prompts_per_step(rounds).values():
         assert completed and {prompt[0] for prompt in completed} == {"v"}
+
+
+def test_agreeing_prompts_are_completed_while_that_is_worth_it(make_model, tokenizer, tmp_path, monkeypatch):
+    """With no evidence yet, an agreeing prompt's chance of turning informative at G is the prior's (1/2): completing
+    it (1/2 group for G - k = 2 completions) beats screening new prompts (without round latency, the better of 1/2
+    group for 2 + 2 / 2 completions and 3/4 group for 4), so the first step spends its budget's reserve on completing
+    agreeing prompts. 'right' and 'wrong' prompts never turn informative: the estimate falls, and later steps drop
+    them."""
+    overrides = dict(SCREEN, dynamic_sampling_fixed_budget=True, dynamic_sampling_round_latency=0.0)
+    trainer, reward, _ = build(make_model, tokenizer, tmp_path, kinds_dataset(KINDS, 8), max_steps=6, **overrides)
+    monkeypatch.setattr(screening_rounds, "EXPLORE_SHARE", 0.0)
+    rounds = record_rounds(trainer)
+    trainer.train()
+    completed = completed_prompts_per_step(rounds)
+    assert {prompt[0] for prompt in completed[0]} - {"v"}  # agreeing ('r' / 'w') prompts completed at first
+    assert {prompt[0] for prompt in completed[5]} <= {"v"}  # ... and no more once they proved not worth it
+    assert trainer.dynamic_sampling.screening.after_agreement() < 0.5  # the prior's 1/2, before any evidence
+    generated = sum(len(call) for call in reward.calls)
+    logs = ds_logs(trainer)
+    assert sum(h[N.DYNAMIC_SAMPLING_GENERATED_COMPLETIONS] for h in logs) == generated
+    first = logs[0]  # a completed agreeing prompt is a completed prompt (a zero-variance group), not a dropped one
+    assert first[N.DYNAMIC_SAMPLING_COMPLETED_PROMPTS] == first[N.DYNAMIC_SAMPLING_ATTEMPTED_GROUPS]
+    assert first[N.DYNAMIC_SAMPLING_ZERO_VARIANCE_GROUPS] >= 1
+    assert first[N.DYNAMIC_SAMPLING_GENERATED_COMPLETIONS] == (
+        K * first[N.DYNAMIC_SAMPLING_SCREENED_PROMPTS] + (G - K) * first[N.DYNAMIC_SAMPLING_COMPLETED_PROMPTS]
+    )
+    assert logs[-1][N.DYNAMIC_SAMPLING_DROPPED_PROMPTS] >= 1
+
+
+def test_a_share_of_agreeing_prompts_is_explored(make_model, tokenizer, tmp_path, monkeypatch):
+    """A stratum judged not worth completing is still measured: the explore coin completes its prompts anyway."""
+    overrides = dict(SCREEN, dynamic_sampling_fixed_budget=True)
+    trainer, _, _ = build(make_model, tokenizer, tmp_path, kinds_dataset(KINDS, 8), max_steps=2, **overrides)
+    never_worth_completing(trainer, monkeypatch)
+    monkeypatch.setattr(screening_rounds, "EXPLORE_SHARE", 1.0)
+    rounds = record_rounds(trainer)
+    trainer.train()
+    assert any({prompt[0] for prompt in step} - {"v"} for step in completed_prompts_per_step(rounds).values())
 
 
 def test_a_screening_run_logs_exactly_the_declared_names(make_model, tokenizer, tmp_path):
@@ -175,19 +229,22 @@ def test_the_fixed_budget_is_never_exceeded(make_model, tokenizer, tmp_path_fact
             assert h[N.DYNAMIC_SAMPLING_ROUNDS] == 1 and h[N.DYNAMIC_SAMPLING_GENERATED_COMPLETIONS] == budget
 
 
+@pytest.mark.parametrize("screen", [K, None], ids=["screened", "full-groups"])
 @pytest.mark.parametrize(
     "overrides", [{"loss_type": name, **settings} for name, settings in LOSS_TYPES.items()], ids=list(LOSS_TYPES)
 )
-def test_masked_rows_of_a_fixed_budget_leave_every_loss(make_model, tokenizer, tmp_path, overrides):
-    """A step that found fewer informative groups than the batch holds trains as TRL would on those alone."""
+def test_masked_rows_of_a_fixed_budget_leave_every_loss(make_model, tokenizer, tmp_path, overrides, screen):
+    """A step that found fewer informative groups than the batch holds trains as TRL would on those alone (the
+    'right' prompt's rows are masked, whether it was dropped after its probes or completed to a zero-variance group:
+    always so with full groups, and here with screening too, as the prior makes completing it worth it)."""
     trainer, _, _ = build(
         make_model,
         tokenizer,
         tmp_path,
         kinds_dataset(["varying", "right"], 12),
         dynamic_sampling_fixed_budget=True,
+        dynamic_sampling_screen_generations=screen,
         num_iterations=2,  # TRL keeps the log-probabilities of each round
-        **SCREEN,
         **overrides,
     )
     trainer.model.train()
@@ -210,7 +267,7 @@ def test_resume_continues_screening_exactly(make_model, tokenizer, tmp_path):
     resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
     assert after_checkpoint(resumed) == after_checkpoint(full) != []
     assert steering_state(resumed) == steering_state(full)
-    assert steering_state(full)["mixed_probes"] != [0.0, 0.0]  # the screening estimate is part of the state
+    assert steering_state(full)["screening"]["mixed"]["estimates"]  # the screening estimate is part of the state
     assert parameter_digest(resumed.model) == parameter_digest(full.model)
 
 

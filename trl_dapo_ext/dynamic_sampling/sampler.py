@@ -49,7 +49,7 @@ from .counts import GroupCounts, SkipCounts, added
 from .history import PromptHistory
 from .planner import POOLED, RefillPlanner, fixed_first_refill, plan_refill_groups
 from .profile_table import read_table, seed_history
-from .retention import RetentionEstimate
+from .screening import ScreeningEstimates
 from .stream import RefillSampler, local_share
 
 
@@ -141,8 +141,9 @@ class DynamicSampler:
         )
         if args.dynamic_sampling_history_from is not None:
             self._seed_history(args.dynamic_sampling_history_from, dataset_size)
-        # Screening: the share of prompts whose probes are mixed (decayed per step, like the planner's retention).
-        self.mixed_probes = RetentionEstimate()
+        # Screening: per stratum, the share of prompts whose probes are mixed and the share of agreeing prompts that
+        # are informative once completed (decayed per step, like the planner's retention).
+        self.screening = ScreeningEstimates(decay=args.dynamic_sampling_retention_decay)
         self.reward_range = [math.inf, -math.inf]  # filter-reward extremes seen so far (all_max / all_min split)
         self.warned_fill = False  # the fill warning is given once per run
         self.begin_step(step=0)  # sets what lives for one step: step, skip_counts, generation_seconds
@@ -168,7 +169,7 @@ class DynamicSampler:
             "planner": self.planner.state_dict() if self.planner is not None else None,
             "history": self.history.state_dict(),
             "reward_range": list(self.reward_range),
-            "mixed_probes": [self.mixed_probes.informative, self.mixed_probes.uninformative],
+            "screening": self.screening.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -178,8 +179,8 @@ class DynamicSampler:
                 component.load_state_dict(state[name])
         if state.get("reward_range") is not None:
             self.reward_range = [float(value) for value in state["reward_range"]]
-        if state.get("mixed_probes") is not None:  # older checkpoints: no screening state
-            self.mixed_probes.informative, self.mixed_probes.uninformative = map(float, state["mixed_probes"])
+        if state.get("screening") is not None:  # older checkpoints: no screening state
+            self.screening.load_state_dict(state["screening"])
 
     # ------------------------------------------------------------------------------------------ refill prompts
 
@@ -190,7 +191,6 @@ class DynamicSampler:
         self.stream.begin_step(list(own_indices))
         self.skip_counts = SkipCounts()  # refill prompts skipping passed over in this step
         self.generation_seconds = 0.0  # the step's generation and scoring time (slowest process)
-        self.step_probes = [0, 0]  # screening: this step's [screened, mixed] prompts, folded in at end_step
 
     def draw(self, groups_per_process: int, round_index: int) -> list[int]:
         """Dataset indices of this process's ``groups_per_process`` refill prompts of round ``round_index``.
@@ -306,18 +306,11 @@ class DynamicSampler:
     def end_step(self) -> None:
         if self.planner is not None:
             self.planner.end_step()
-        screened, mixed = self.step_probes
-        if screened:
-            self.mixed_probes.fold(screened, mixed, self.args.dynamic_sampling_retention_decay)
-        self.step_probes = [0, 0]
-
-    def observe_probes(self, screened: int, mixed: int) -> None:
-        """Every process's new probes of a round (gathered): how many prompts were screened, how many were mixed."""
-        self.step_probes = [self.step_probes[0] + screened, self.step_probes[1] + mixed]
+        self.screening.end_step()
 
     def mixed_rate(self) -> float:
         """The estimated share of screened prompts whose probes are mixed (this step's probes included)."""
-        return self.mixed_probes.mean(*self.step_probes)
+        return self.screening.mixed_rate()
 
     # ------------------------------------------------------------------------------------------ observations
 

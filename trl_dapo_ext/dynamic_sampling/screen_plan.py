@@ -27,7 +27,7 @@ import math
 MIN_MIXED_RATE = 0.05  # an estimate below this still sizes a finite round (it is updated from every round)
 
 
-def wanted_probes(missing: int, mixed_rate: float) -> int:
+def wanted_probes(missing: float, mixed_rate: float) -> int:
     """New prompts to screen for ``missing`` informative groups when a share ``mixed_rate`` of probes is mixed.
 
     Example:
@@ -41,7 +41,7 @@ def wanted_probes(missing: int, mixed_rate: float) -> int:
 
 def screening_round(
     *,
-    missing: list[int],
+    missing: list[float],
     pending: list[int],
     units_to_complete: int,
     mixed_rate: float,

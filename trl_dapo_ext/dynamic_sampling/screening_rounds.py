@@ -6,8 +6,11 @@ probes were mixed in the previous round (``G - k`` more rows each), then the pro
 TRL generates the round with ``num_generations`` set to ``k``, so that every ``k`` consecutive rows are one prompt's,
 whatever the backend. A completed prompt's group is its probe rows (from the earlier round) followed by its
 completion rows: one policy generated both (no optimizer step between the rounds of a step), and each row keeps the
-old log-probabilities and vLLM importance weights of its own round. A prompt whose probes all agree is dropped,
-having cost ``k`` completions; its probes still teach the prompt history and the mixed-rate estimate.
+old log-probabilities and vLLM importance weights of its own round. A prompt whose probes all agree is completed
+too when that is worth its cost (`screening.worth_completing`: its stratum's chance of turning informative at G per
+completion, against the informative groups per completion of screening new prompts, round latency included);
+otherwise it is dropped, having cost ``k`` completions. Every probe teaches the prompt history and the per-stratum
+estimates (`screening.ScreeningEstimates`, in the sampler and its checkpoint state).
 
 How many new prompts a round screens is `screen_plan.screening_round`'s decision, from gathered counts, taken by the
 main process and broadcast. With a fixed budget the step generates at most the batch's rows per process and trains on
@@ -18,8 +21,9 @@ the same collector trains GRPO's own groups with the zero-variance ones masked.
 
 from __future__ import annotations
 
+import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -29,8 +33,16 @@ from ..core.groups import GroupOutcome
 from ..metric_names import N
 from .assembly import RoundRows, SelectedGroups
 from .counts import GroupCounts, added
+from .history import UNSEEN
 from .rounds import PROMPT_INDEX_COLUMN, BatchCollector, _empty_like
 from .screen_plan import screening_round
+from .screening import AGREE_HIGH, AGREE_LOW, stream_rate, worth_completing
+
+# Share of the agreeing prompts completed whatever their estimate (a seeded coin per step and prompt, the same on every
+# process), so that a stratum judged not worth completing is still measured and can be judged again.
+EXPLORE_SHARE = 0.05
+_MILLI = 1000  # expected groups travel between processes as integers, in thousandths
+_DIRECTIONS = {int(GroupOutcome.ALL_MAX): AGREE_HIGH, int(GroupOutcome.ALL_MIN): AGREE_LOW}
 
 
 def collector_class(args: Any) -> type[BatchCollector]:
@@ -48,6 +60,9 @@ class Probe:
     index: int
     round_rows: RoundRows
     rows: torch.Tensor  # local rows of ``round_rows``
+    stratum: str = UNSEEN  # its prompt-history stratum when it was screened
+    agreed: str | None = None  # completed although its probes agreed: in which direction (AGREE_HIGH / AGREE_LOW)
+    chance: float = 1.0  # chance that its full group is informative (1 for mixed probes)
 
     def part(self, filled: bool = False) -> SelectedGroups:
         return self.round_rows.take(self.rows, filled)
@@ -64,7 +79,7 @@ class ScreeningCollector(BatchCollector):
         args = trainer.args
         self.probe_size = args.dynamic_sampling_screen_generations or trainer.num_generations
         self.fixed_budget = args.dynamic_sampling_fixed_budget
-        self.pending: list[Probe] = []  # mixed probes, completed in the next round
+        self.pending: list[Probe] = []  # mixed probes (then agreeing ones worth it), completed in the next round
         self.fill_pool: list[list[SelectedGroups]] = []  # uninformative groups (or repeated probes) for masking
         self.generated_rows = 0  # rows of every round, every process
         self.funnel = [0, 0]  # screened prompts and those dropped after their probes (every process)
@@ -82,9 +97,18 @@ class ScreeningCollector(BatchCollector):
         groups = self.target if self.fixed_budget else self.trainer.args.dynamic_sampling_max_groups_per_step
         return None if groups is None else groups * self.num_generations // self.probe_size
 
-    def _plan(self, round_index: int, kept: list[int], pending: list[int], used_units: int) -> list[int] | None:
+    def _plan(
+        self,
+        round_index: int,
+        kept: list[int],
+        pending: list[int],
+        used_units: int,
+        expected: list[float] | None = None,
+    ) -> list[int] | None:
         """New probes per process for round ``round_index + 1``, or None to stop (every process holds its target,
-        or no round is left or worth generating). The main process's plan, on every process."""
+        or no round is left or worth generating). ``expected``: the informative groups each process's pending
+        completions are expected to give (a mixed prompt 1, an agreeing one its chance; default: ``pending``).
+        The main process's plan, on every process."""
         args = self.trainer.args
         budget = self._budget_units()
         stop = min(kept) >= self.target or round_index >= args.dynamic_sampling_max_rounds
@@ -92,7 +116,7 @@ class ScreeningCollector(BatchCollector):
         if not stop:
             completion_rounds = 1 if self.units_to_complete else 0
             counts = screening_round(
-                missing=[max(self.target - k - p, 0) for k, p in zip(kept, pending)],
+                missing=[max(self.target - k - e, 0.0) for k, e in zip(kept, expected or pending)],
                 pending=pending,
                 units_to_complete=self.units_to_complete,
                 mixed_rate=self.sampler.mixed_rate(),
@@ -125,14 +149,15 @@ class ScreeningCollector(BatchCollector):
             used_units += len(self.pending) * self.units_to_complete + len(new)
             self._screening_round(new, round_index)
             self._trim_pending(used_units)
-            kept, pending = self._gathered_pair(self._kept_groups(), len(self.pending))
-            counts = self._plan(round_index, kept, pending, used_units)
+            expected = round(sum(probe.chance for probe in self.pending) * _MILLI)
+            kept, pending, expected = self._gathered_columns(self._kept_groups(), len(self.pending), expected)
+            counts = self._plan(round_index, kept, pending, used_units, [e / _MILLI for e in expected])
             if counts is None:
                 break
             round_index += 1
             indices = self.sampler.draw_each(counts, round_index)
             new = [(self._dataset_row(index), index) for index in indices]
-        self._drop(self.pending)  # mixed probes the step had no use for any more
+        self._drop(self.pending)  # probes the step had no use for any more
         self.sampler.end_step()
         self.trainer._logs = self.original_logs
         return self._finish()
@@ -156,9 +181,10 @@ class ScreeningCollector(BatchCollector):
     def _kept_groups(self) -> int:
         return sum(len(part.origin) for part in self.kept) // self.num_generations
 
-    def _gathered_pair(self, first: int, second: int) -> tuple[list[int], list[int]]:
-        gathered = self._gathered([first, second])
-        return gathered[0::2], gathered[1::2]
+    def _gathered_columns(self, *values: int) -> tuple[list[int], ...]:
+        """Every process's ``values``, one list per value (in process order)."""
+        gathered = self._gathered(list(values))
+        return tuple(gathered[i :: len(values)] for i in range(len(values)))
 
     def _screening_round(self, new: list[tuple[dict[str, Any], int]], round_index: int) -> None:
         """Generate the pending completions and the new prompts' probes; keep, queue or drop each prompt."""
@@ -180,7 +206,7 @@ class ScreeningCollector(BatchCollector):
         round_rows = RoundRows(output, scored, local_rewards, round_index, local_count=len(rows))
 
         # Completed prompts: probe rows, then completion rows, one group of G.
-        counts, observed = GroupCounts(), []
+        counts, observed, probe_records, agreeing_records = GroupCounts(), [], [], []
         groups = []
         for position, probe in enumerate(completing):
             completion = round_rows.take(torch.arange(position * (G - k), (position + 1) * (G - k)))
@@ -189,27 +215,88 @@ class ScreeningCollector(BatchCollector):
             group_rewards = torch.cat([part.rewards_per_func for group in groups for part in group])
             classified = sampler.classify(group_rewards, size=G)
             counts = self._keep(groups, classified, completing, observed)
+            agreeing_records = [
+                (probe.stratum, probe.agreed, bool(flag))
+                for probe, flag in zip(completing, classified.informative.tolist())
+                if probe.agreed is not None
+            ]
         # New prompts: their probes (a whole group when k = G).
         first_probe_row = len(completing) * (G - k)
         probes = [
-            Probe(row, index, round_rows, torch.arange(first_probe_row + i * k, first_probe_row + (i + 1) * k))
+            Probe(
+                row,
+                index,
+                round_rows,
+                torch.arange(first_probe_row + i * k, first_probe_row + (i + 1) * k),
+                stratum=sampler.stratum(index),
+            )
             for i, (row, index) in enumerate(new)
         ]
+        dropped = 0
         if probes:
             probe_rewards = local_rewards[first_probe_row:]
             classified = sampler.classify(probe_rewards, size=k)
             if k == G:
                 counts = added(counts, self._keep([[p.part()] for p in probes], classified, probes, observed))
             else:
+                agreeing = []
                 for probe, mixed, outcome, upper, scorable in zip(
                     probes, classified.informative.tolist(), *self._per_group(classified)
                 ):
+                    probe_records.append((probe.stratum, bool(mixed)))
                     if mixed:
                         self.pending.append(probe)
                     else:
-                        self._drop([probe])
-                        observed.append((probe.index, outcome, upper, scorable))
-        self._gather_round(counts, len(new), len(self.pending), observed, groups, round_index)
+                        agreeing.append((probe, outcome, upper, scorable))
+                for probe, outcome, upper, scorable in self._complete_worthwhile(agreeing):
+                    self._drop([probe])
+                    observed.append((probe.index, outcome, upper, scorable))
+                    dropped += 1
+        self._gather_round(counts, dropped, observed, probe_records, agreeing_records, groups, round_index)
+
+    def _complete_worthwhile(self, agreeing: list[tuple]) -> list[tuple]:
+        """Queue the agreeing prompts worth completing (after the mixed ones); return the others, to be dropped.
+
+        Completing one buys an informative group with chance ``c`` (its stratum's and direction's estimate) for
+        ``G - k`` completions. It is worth it when that rate reaches the stream's: the informative groups per
+        completion of the best use of new prompts (screening them, round latency included; Dinkelbach's rule for a
+        ratio objective, see `screening.stream_rate`). Under a fixed budget a completion not worth it is not
+        generated (the budget is a cap); when filling the batch, only as many are completed as it still misses, best
+        first. A seeded share (`EXPLORE_SHARE`) is completed whatever its estimate.
+        """
+        if not agreeing:
+            return []
+        args, estimates = self.trainer.args, self.sampler.screening
+        G, k = self.num_generations, self.probe_size
+        latency = args.dynamic_sampling_round_latency
+        opportunity = stream_rate(estimates.retention(), estimates.mixed_rate(), k, G, latency, self.target)
+        candidates = []
+        for item in agreeing:
+            probe, outcome = item[0], item[1]
+            direction = _DIRECTIONS.get(outcome)
+            if direction is None:  # zero-variance elsewhere (too few scorable members): nothing to learn from
+                continue
+            chance = estimates.after_agreement(probe.stratum, direction)
+            explore = self._coin(probe.index) < EXPLORE_SHARE
+            if explore or worth_completing(chance, k, G, opportunity):
+                candidates.append((not explore, -chance, len(candidates), probe, direction, chance))
+        short = None
+        if not self.fixed_budget:  # filling the batch: completions beyond what it misses would be surplus
+            short = self.target - self._kept_groups() - sum(probe.chance for probe in self.pending)
+        completed = set()
+        for _, _, _, probe, direction, chance in sorted(candidates):  # explored first, then best first
+            if short is not None and short <= 0:
+                break
+            probe.agreed, probe.chance = direction, chance
+            self.pending.append(probe)
+            completed.add(id(probe))
+            if short is not None:
+                short -= chance
+        return [item for item in agreeing if id(item[0]) not in completed]
+
+    def _coin(self, index: int) -> float:
+        """A uniform draw keyed by the run's seed, the step and the prompt: the same on every process and on resume."""
+        return random.Random(f"{self.trainer.args.seed}/{self.sampler.step}/{index}").random()
 
     def _per_group(self, classified) -> tuple[list[int], list[int], list[int]]:
         return [int(o) for o in classified.outcomes], classified.upper, classified.scorable
@@ -221,7 +308,9 @@ class ScreeningCollector(BatchCollector):
         take = [i for i, flag in enumerate(informative) if flag][: max(self.target - kept_before, 0)]
         for i in take:
             self.kept.extend(groups[i])
-        self.fill_pool.extend(group for group, flag in zip(groups, informative) if not flag)
+        self.fill_pool.extend(
+            [replace(part, filled=True) for part in group] for group, flag in zip(groups, informative) if not flag
+        )
         for prompt, outcome, upper, scorable in zip(prompts, *self._per_group(classified)):
             observed.append((prompt.index, outcome, upper, scorable))
         outcomes = classified.outcomes
@@ -248,19 +337,24 @@ class ScreeningCollector(BatchCollector):
         finally:
             trainer.num_generations = self.num_generations
 
-    def _gather_round(self, counts, screened, mixed, observed, groups, round_index) -> None:
-        """Every process's counts of the round: step totals, the funnel, the history and the mixed-rate estimate."""
+    def _gather_round(self, counts, dropped, observed, probe_records, agreeing_records, groups, round_index) -> None:
+        """Every process's counts of the round: step totals, the funnel, the history and the screening estimates."""
         accelerator = self.trainer.accelerator
-        local = torch.tensor([self._kept_groups(), *counts, screened, mixed], device=accelerator.device)
+        local = torch.tensor([self._kept_groups(), *counts, len(probe_records), dropped], device=accelerator.device)
         gathered = accelerator.gather(local).view(accelerator.num_processes, -1).cpu()
         self.kept_per_process = gathered[:, 0].tolist()
         self.totals = added(self.totals, GroupCounts(*(int(v) for v in gathered[:, 1:-2].sum(dim=0))))
-        screened_all, mixed_all = (int(v) for v in gathered[:, -2:].sum(dim=0))
-        if self.units_to_complete:
-            self.sampler.observe_probes(screened_all, mixed_all)
-            self.funnel[0] += screened_all
-            self.funnel[1] += screened_all - mixed_all
-        every = [item for part in gather_object([observed]) for item in part]
+        screened_all, dropped_all = (int(v) for v in gathered[:, -2:].sum(dim=0))
+        self.funnel[0] += screened_all
+        self.funnel[1] += dropped_all
+        every_probe, every_agreeing, every = (
+            [item for part in gather_object([records]) for item in part]
+            for records in (probe_records, agreeing_records, observed)
+        )
+        if every_probe:
+            self.sampler.screening.observe_probes(*(list(column) for column in zip(*every_probe)))
+        if every_agreeing:
+            self.sampler.screening.observe_completions(*(list(column) for column in zip(*every_agreeing)))
         if every:
             self.sampler.observe_groups(*(list(column) for column in zip(*every)))
         if self.trainer.args.diagnostics:
