@@ -92,11 +92,17 @@ def assert_ranks_agree(reports: list[dict]) -> None:
     assert reports[0]["parameter_digest"] == reports[1]["parameter_digest"] != reports[0]["initial_digest"]
 
 
+SCREENING = {"dynamic_sampling_screen_generations": 2, "dynamic_sampling_oversample": None}
+
+
 def test_two_processes_agree_with_screening(tmp_path):
     """Screening: each rank completes its own mixed prompts, screens the rest of an equal round, and both take the
     main process's round sizes."""
-    config = {"dynamic_sampling_screen_generations": 2, "dynamic_sampling_oversample": None}
-    reports = [report["agree"] for report in run_on_two_processes(tmp_path, "agree", config=config)]
+    reports = [report["agree"] for report in run_on_two_processes(tmp_path, "agree", config=SCREENING)]
+    assert_screening_run(reports)
+
+
+def assert_screening_run(reports: list[dict]) -> None:
     assert_ranks_agree(reports)
     for log in reports[0]["logs"]:
         assert log[N.DYNAMIC_SAMPLING_SCREENED_PROMPTS] > log[N.DYNAMIC_SAMPLING_COMPLETED_PROMPTS] >= 8

@@ -12,7 +12,14 @@ from importlib.resources import files
 from pathlib import Path
 
 import pytest
-from test_distributed import assert_exact_resume, assert_ranks_agree, launch_two_processes, run_on_two_processes
+from test_distributed import (
+    SCREENING,
+    assert_exact_resume,
+    assert_ranks_agree,
+    assert_screening_run,
+    launch_two_processes,
+    run_on_two_processes,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 ZERO2 = str(ROOT / "recipes" / "accelerate" / "zero2.yaml")
@@ -70,6 +77,15 @@ def test_zero3_full_fine_tuning(zero3, ddp):
 
 def test_zero3_lora(zero3, ddp):
     assert_deepspeed_run([r["lora"] for r in zero3], [r["lora"] for r in ddp], stage=3)
+
+
+def test_zero2_screening(tmp_path_factory):
+    """Screening under ZeRO-2: equal rounds on both ranks, the main process's round sizes, the same losses as DDP."""
+    zero2 = run_on_two_processes(tmp_path_factory.mktemp("zero2-screening"), "agree", ZERO2, {**ON_CPU, **SCREENING})
+    ddp = run_on_two_processes(tmp_path_factory.mktemp("ddp-screening"), "agree", config=SCREENING)
+    reports = [r["agree"] for r in zero2]
+    assert_deepspeed_run(reports, [r["agree"] for r in ddp], stage=2)
+    assert_screening_run(reports)
 
 
 def test_zero2_checkpoint_and_resume(zero2):
