@@ -14,7 +14,7 @@ from trl_dapo_ext.cli import main as cli_main
 from trl_dapo_ext.cli import train as train_cli
 from trl_dapo_ext.tiny import save_tiny_model
 
-RECIPES = sorted((Path(__file__).resolve().parents[1] / "recipes").glob("*.yaml"))
+RECIPES = sorted((Path(__file__).resolve().parents[1] / "trl_dapo_ext" / "recipes").glob("*.yaml"))
 # This CI machine has no GPU: TrainingArguments refuses bf16/fp16 without one, so parsing a GPU recipe here needs
 # these overrides (the override mechanism itself: flags win over the YAML).
 CPU_OVERRIDES = ["--use_cpu", "true", "--bf16", "false", "--fp16", "false"]
@@ -74,7 +74,10 @@ def test_recipe_specifics():
     multi = by_name["multi_gpu_zero2_vllm_server"]
     assert multi["vllm_mode"] == "server"
     text = (RECIPES[0].parent / "multi_gpu_zero2_vllm_server.yaml").read_text()
-    assert "trl vllm-serve" in text and "accelerate launch --config_file recipes/accelerate/zero2.yaml" in text
+    assert (
+        "trl vllm-serve" in text
+        and 'accelerate launch --config_file "$(trl-dapo recipes path accelerate/zero2)"' in text
+    )
     zero2 = yaml.safe_load((RECIPES[0].parent / "accelerate" / "zero2.yaml").read_text())
     assert zero2["distributed_type"] == "DEEPSPEED" and zero2["deepspeed_config"]["zero_stage"] == 2
 
