@@ -19,7 +19,7 @@ from trl_dapo_ext import recipes
 def listing() -> str:
     """The text of ``trl-dapo recipes``."""
     training, accelerate = recipes.names(), recipes.names(accelerate=True)
-    width = max(map(len, training + accelerate))
+    width = max(map(len, training + accelerate), default=0)
 
     def rows(names: list[str]) -> list[str]:
         return [f"  {name:<{width}}  {recipes.DESCRIPTIONS.get(name, '')}".rstrip() for name in names]
