@@ -88,6 +88,18 @@ def test_the_installed_wheel_trains_a_shipped_recipe_by_name(fresh_venv, tmp_pat
     assert [Path(path).parent for path in where] == [site / "trl_dapo_ext", site / "trl_dapo_ext"]
     assert not Path(where[0]).resolve().is_relative_to(ROOT)
 
+    # The extras the recipes' install hints name (pip install 'trl-dapo-ext[vllm]') are in the wheel's metadata.
+    extras = _run(
+        [
+            str(python),
+            "-c",
+            "import importlib.metadata as m; print(m.metadata('trl-dapo-ext').get_all('Provides-Extra'))",
+        ],
+        tmp_path,
+        env,
+    )
+    assert "'vllm'" in extras and "'quantization'" in extras
+
     listing = _run([str(cli), "recipes"], tmp_path, env)
     assert "tiny_cpu" in listing and "accelerate/zero2" in listing and str(site) in listing
     assert _run([str(cli), "recipes", "path", "accelerate/zero3"], tmp_path, env).strip() == where[1] + (
