@@ -1,9 +1,13 @@
-"""Copy the repository's address from pyproject.toml into every notebook: its install cell and its Colab badge.
+"""Copy the repository's address from pyproject.toml into every notebook (its install cell and its Colab badge) and
+into the README's Colab links.
 
 The address is set in one place, ``[project.urls] Repository`` in pyproject.toml. A notebook cannot read it (Colab
 opens the notebook before anything is installed, and a Markdown badge has no variables), so this script writes it
-into each notebook's ``REPOSITORY = "..."`` line and its ``colab.research.google.com/github/...`` badge link;
-``tests/test_notebooks.py`` fails when they disagree.
+into each notebook's ``REPOSITORY = "..."`` line and its ``colab.research.google.com/github/...`` badge link, and
+into the README's links of the same form; ``tests/test_notebooks.py`` and ``tests/test_docs.py`` fail when they
+disagree. Until the repository is published the address is the placeholder ``https://github.com/OWNER/trl-dapo-ext``:
+the badges lead nowhere and the install cell stops with "REPOSITORY is still the placeholder". Fill it in
+pyproject.toml, then run this script.
 
     python notebooks/sync_repository.py           # rewrite the notebooks
     python notebooks/sync_repository.py --check   # exit 1 if any notebook is out of step
@@ -56,8 +60,14 @@ def main(argv: list[str]) -> int:
             stale.append(path.name)
             if "--check" not in argv:
                 nbformat.write(notebook, path)
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    if synced(text, repo) != text:
+        stale.append(readme.name)
+        if "--check" not in argv:
+            readme.write_text(synced(text, repo))
     verb = "out of step with" if "--check" in argv else "updated to"
-    print(f"{', '.join(stale) or 'no notebook'} {verb} {repo}")
+    print(f"{', '.join(stale) or 'no notebook nor the README'} {verb} {repo}")
     return 1 if stale and "--check" in argv else 0
 
 

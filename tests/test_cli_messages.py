@@ -325,9 +325,9 @@ def test_train_help_starts_with_a_description_and_groups_our_options(capsys):
     assert exit_.value.code == 0
     text = capsys.readouterr().out
     lines = text.splitlines()
-    assert lines[0] == "usage: trl-dapo train --config RECIPE.yaml [--KEY VALUE ...]"
+    assert lines[0] == "usage: trl-dapo train --config RECIPE [--KEY VALUE ...]"
     assert lines[2].startswith("Train a model with DAPO/GRPO from a YAML recipe")
-    assert "trl-dapo train --config recipes/tiny_cpu.yaml" in text
+    assert "trl-dapo train --config tiny_cpu" in text and "trl-dapo recipes" in text
     titles = [
         "data and rewards (trl-dapo train):",
         "DAPO extensions (DAPOConfig; off by default):",
@@ -391,8 +391,9 @@ def test_completion_budget_beyond_the_context_is_an_error_with_the_numbers(
 
 @pytest.mark.trainer
 def test_tiny_cpu_recipe_trains_the_demo_model(tmp_path, capsys):
-    """The recipe as documented, with the demo's tiny model (here untrained; the recipe uses runs/demo/final)."""
-    recipe = ROOT / "recipes" / "tiny_cpu.yaml"
+    """The recipe as documented, by name, with the demo's tiny model (here untrained; the recipe uses
+    runs/demo/final) and its data file found beside the recipe."""
+    recipe = ROOT / "trl_dapo_ext" / "recipes" / "tiny_cpu.yaml"
     values = yaml.safe_load(recipe.read_text())
     assert values["model_name_or_path"] == "runs/demo/final" and values["use_cpu"] and not values["use_vllm"]
     tokenizer, model = demo_cli.build_tokenizer_and_model("tiny", seed=0)
@@ -400,8 +401,8 @@ def test_tiny_cpu_recipe_trains_the_demo_model(tmp_path, capsys):
     tokenizer.save_pretrained(tmp_path / "demo-final")
     output = tmp_path / "run"
     argv = [
-        "train", "--config", str(recipe), "--model_name_or_path", str(tmp_path / "demo-final"),
-        "--dataset_name", str(ROOT / values["dataset_name"]), "--max_steps", "2", "--logging_steps", "1",
+        "train", "--config", "tiny_cpu", "--model_name_or_path", str(tmp_path / "demo-final"),
+        "--max_steps", "2", "--logging_steps", "1",
         "--disable_tqdm", "true",
         "--output_dir", str(output),
     ]  # fmt: skip

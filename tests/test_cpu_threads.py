@@ -112,7 +112,7 @@ def _notebook_until_torch(name: str) -> str:
 ENTRY_POINTS = {
     "trl-dapo demo": _module("trl_dapo_ext.cli.main", "demo", "--output-dir", "out"),
     "trl-dapo demo --quick": _module("trl_dapo_ext.cli.main", "demo", "--quick", "--output-dir", "out"),
-    "trl-dapo train": _module("trl_dapo_ext.cli.main", "train", "--config", str(ROOT / "recipes" / "tiny_cpu.yaml")),
+    "trl-dapo train": _module("trl_dapo_ext.cli.main", "train", "--config", "tiny_cpu"),
     "trl-dapo profile": _module("trl_dapo_ext.cli.main", "profile", "--model", "m", "--dataset", "d.jsonl"),
     # the console script (pyproject.toml: trl_dapo_ext.cli.main:main), as pip writes it
     "trl-dapo script": "import sys\nfrom trl_dapo_ext.cli.main import main\nsys.argv = ['trl-dapo', 'demo']\nsys.exit(main())\n",

@@ -12,7 +12,11 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 def test_install_hints_name_existing_extras():
     extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
     hinted = {}
-    sources = [ROOT / "README.md", *(ROOT / "docs").rglob("*.md"), *(ROOT / "recipes").rglob("*.yaml")]
+    sources = [
+        ROOT / "README.md",
+        *(ROOT / "docs").rglob("*.md"),
+        *(ROOT / "trl_dapo_ext" / "recipes").rglob("*.yaml"),
+    ]
     sources += [path for folder in ("trl_dapo_ext", "reward_funcs") for path in (ROOT / folder).rglob("*.py")]
     for path in sources:
         if path.is_file():

@@ -73,7 +73,12 @@ def test_one_repository_address_for_the_install_cell_and_the_badge(name):
     assert (
         sync.colab_url("https://github.com/someone/fork", f"{name}.ipynb") in moved and "github.com/OWNER" not in moved
     )
-    assert sync.main(["--check"]) == 0
+    assert sync.main(["--check"]) == 0  # the notebooks and the README's Colab links
+    readme = (ROOT / "README.md").read_text()
+    assert sync.colab_url(repository, f"{name}.ipynb") in readme
+    assert sync.colab_url("https://github.com/someone/fork", f"{name}.ipynb") in sync.synced(
+        readme, "https://github.com/someone/fork"
+    )
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)

@@ -22,7 +22,7 @@ from trl_dapo_ext.preflight.memory import (
     zero_shards,
 )
 
-RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+RECIPES = Path(__file__).resolve().parents[1] / "trl_dapo_ext" / "recipes"
 KIB = 2**10
 
 # docs/preflight.md's worked example: 32 layers, 8 KV heads of dimension 128, bf16 (a Llama-3-8B-like shape).

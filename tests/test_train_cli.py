@@ -14,7 +14,7 @@ from trl_dapo_ext.cli import main as cli_main
 from trl_dapo_ext.cli import train as train_cli
 from trl_dapo_ext.tiny import save_tiny_model
 
-RECIPES = sorted((Path(__file__).resolve().parents[1] / "recipes").glob("*.yaml"))
+RECIPES = sorted((Path(__file__).resolve().parents[1] / "trl_dapo_ext" / "recipes").glob("*.yaml"))
 # This CI machine has no GPU: TrainingArguments refuses bf16/fp16 without one, so parsing a GPU recipe here needs
 # these overrides (the override mechanism itself: flags win over the YAML).
 CPU_OVERRIDES = ["--use_cpu", "true", "--bf16", "false", "--fp16", "false"]
@@ -50,6 +50,8 @@ def test_recipe_parses_into_our_dataclasses(recipe):
             continue
         owners = [obj for obj in (script_args, training_args, model_args) if hasattr(obj, key)]
         assert owners, f"{recipe.name}: {key} is no field of ours"
+        if key == "dataset_name" and (recipe.parent / expected).is_file():  # a data file shipped beside the recipe
+            expected = str(recipe.parent / expected)
         assert _plain(getattr(owners[0], key)) == _plain(expected), (recipe.name, key)
     # Every recipe names rewards the registry knows, uses the DAPO features, and picks an existing model.
     assert set(script_args.reward_funcs) <= set(train_cli.REWARD_FUNCS)
@@ -74,7 +76,10 @@ def test_recipe_specifics():
     multi = by_name["multi_gpu_zero2_vllm_server"]
     assert multi["vllm_mode"] == "server"
     text = (RECIPES[0].parent / "multi_gpu_zero2_vllm_server.yaml").read_text()
-    assert "trl vllm-serve" in text and "accelerate launch --config_file recipes/accelerate/zero2.yaml" in text
+    assert (
+        "trl vllm-serve" in text
+        and 'accelerate launch --config_file "$(trl-dapo recipes path accelerate/zero2)"' in text
+    )
     zero2 = yaml.safe_load((RECIPES[0].parent / "accelerate" / "zero2.yaml").read_text())
     assert zero2["distributed_type"] == "DEEPSPEED" and zero2["deepspeed_config"]["zero_stage"] == 2
 

@@ -22,7 +22,7 @@ def test_profile_samples_smollm2_with_vllm(smollm2_dir, tmp_path, capsys):
     status = main(
         [
             "--model", smollm2_dir,
-            "--dataset", str(ROOT / "recipes" / "data" / "word_problems.jsonl"),
+            "--dataset", str(ROOT / "trl_dapo_ext" / "recipes" / "data" / "word_problems.jsonl"),
             "--prompt-column", "question",
             "--answer-column", "answer",
             "--system-prompt", "Solve the problem. Put your final answer in \\boxed{}.",

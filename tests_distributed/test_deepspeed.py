@@ -22,8 +22,8 @@ from test_distributed import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-ZERO2 = str(ROOT / "recipes" / "accelerate" / "zero2.yaml")
-ZERO3 = str(ROOT / "recipes" / "accelerate" / "zero3.yaml")
+ZERO2 = str(ROOT / "trl_dapo_ext" / "recipes" / "accelerate" / "zero2.yaml")
+ZERO3 = str(ROOT / "trl_dapo_ext" / "recipes" / "accelerate" / "zero3.yaml")
 ON_CPU = {"use_cpu": False, "ddp_backend": "gloo"}  # DeepSpeed's engine on gloo (use_cpu=True would be plain DDP)
 LOSS_TOLERANCE = 1e-5  # absolute, per micro-batch loss (the losses are ~0.1)
 FIRST_STEPS = 2  # optimizer steps whose losses are compared (2 micro-batches each)

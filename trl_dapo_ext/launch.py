@@ -54,7 +54,7 @@ def check_launch(accelerator: Any, environ: Mapping[str, str] | None = None) -> 
         raise LaunchError(
             f"the accelerate config asks for FSDP but accelerate runs {kind}: accelerate turns FSDP on only for "
             "GPU-like devices (CUDA, XPU, NPU, ...), never on a CPU; there use DeepSpeed ZeRO-3 "
-            "(recipes/accelerate/zero3.yaml, docs/recipes.md#several-gpus)"
+            "(the shipped accelerate/zero3 config: trl-dapo recipes path accelerate/zero3; docs/recipes.md#several-gpus)"
         )
     if accelerator.num_processes > 1 and kind == "NO":
         raise LaunchError(

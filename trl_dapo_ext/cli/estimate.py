@@ -8,8 +8,8 @@ no for T4, L4, A100 40/80, H100 and H200; ``--num-processes N --zero-stage S`` d
 as DeepSpeed ZeRO does. With ``--profile`` (the output folder of ``trl-dapo profile``) the
 tokens per step use the measured mean completion and prompt lengths and the measured retention.
 
-    trl-dapo estimate --config recipes/gsm8k_lora_1gpu.yaml
-    trl-dapo estimate --config recipes/gsm8k_lora_1gpu.yaml --model path/to/config.json --profile runs/profile
+    trl-dapo estimate --config gsm8k_lora_1gpu
+    trl-dapo estimate --config my_recipe.yaml --model path/to/config.json --profile runs/profile
 
 These are planning estimates from shapes (formulas in docs/preflight.md), not measurements: confirm with a short
 run (``train_summary.json`` records the measured peak). Exit status: 0, or 2 on bad input.
@@ -35,7 +35,9 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--config", required=True, metavar="RECIPE", help="recipe YAML (as for trl-dapo train)")
+    parser.add_argument(
+        "--config", required=True, metavar="RECIPE", help="recipe YAML or shipped recipe name (as for trl-dapo train)"
+    )
     parser.add_argument("--model", default=None, help="model folder or config.json (default: the recipe's model)")
     parser.add_argument(
         "--profile", default=None, help="trl-dapo profile output folder (or its summary.json): measured lengths"
@@ -68,9 +70,12 @@ def _config_defaults() -> dict[str, Any]:
 def read_recipe(path: str) -> dict[str, Any]:
     import yaml
 
-    file = Path(path).expanduser()
-    if not file.is_file():
-        raise EstimateError(f"recipe {path} does not exist")
+    from trl_dapo_ext.recipes import RecipeNotFound, resolve_config
+
+    try:
+        file = resolve_config(path)  # a path, or the name of a shipped recipe
+    except RecipeNotFound as error:
+        raise EstimateError(str(error)) from None
     try:
         values = yaml.safe_load(file.read_text())
     except yaml.YAMLError as error:

@@ -22,8 +22,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("trl_dapo_ext.cli.report", "draw a PNG dashboard and a text summary of a training run's output dir"),
     "train": (
         "trl_dapo_ext.cli.train",
-        "train from a YAML recipe (TrlParser: every TRL/DAPO field is a key and a flag)",
+        "train from a YAML recipe, a path or a shipped name (every TRL/DAPO field is a key and a flag)",
     ),
+    "recipes": ("trl_dapo_ext.cli.recipes", "list the shipped recipes; copy one out for editing (recipes copy NAME)"),
     # Preflight (docs/preflight.md): test the reward, profile the data's difficulty, estimate a step's cost.
     "check-reward": ("trl_dapo_ext.cli.check_reward", "test a reward function on a battery of good and bad answers"),
     "profile": ("trl_dapo_ext.cli.profile", "pass rate per prompt at group size G: zero-variance share, lengths"),

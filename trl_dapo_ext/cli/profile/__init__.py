@@ -19,7 +19,7 @@ whose pass rate is in the band (same columns as the input). A later run can star
 (``dynamic_sampling_history_from: DIR/prompts.jsonl``), and ``trl-dapo estimate --profile DIR`` uses its lengths.
 
     trl-dapo profile --model Qwen/Qwen2.5-0.5B-Instruct --dataset data/train.jsonl --num-generations 8
-    trl-dapo profile --config recipes/gsm8k_lora_1gpu.yaml --max-prompts 256 --keep-band 0.01 0.99
+    trl-dapo profile --config gsm8k_lora_1gpu --max-prompts 256 --keep-band 0.01 0.99
 
 With ``--config`` the model, dataset, columns, system prompt, reward functions and sampling settings come from the
 recipe; flags override them. Exit status: 0, or 2 on bad input.

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
-from pathlib import Path
 from typing import Any
 
 from trl_dapo_ext.cpu_threads import parse_threads
@@ -54,7 +53,12 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--config", default=None, metavar="RECIPE", help="take settings from a trl-dapo train recipe")
+    parser.add_argument(
+        "--config",
+        default=None,
+        metavar="RECIPE",
+        help="take settings from a trl-dapo train recipe (a path or a shipped name)",
+    )
     parser.add_argument("--model", default=None, help="model folder or hub id (the policy you will train)")
     parser.add_argument("--dataset", default=None, help="data file, save_to_disk folder or hub id")
     parser.add_argument("--dataset-config", default=None)
@@ -114,6 +118,10 @@ def parse_options(argv: list[str] | None, prog: str) -> argparse.Namespace:
     flag_rewards = first.reward  # --reward flags replace the recipe's reward_funcs (not add to them)
     if first.config:
         recipe = _read_recipe(first.config)
+        if isinstance(recipe.get("dataset_name"), str) and first.dataset is None:  # data beside the recipe
+            from trl_dapo_ext.recipes import resolve_config, resolve_data_path
+
+            recipe["dataset_name"] = resolve_data_path(recipe["dataset_name"], resolve_config(first.config))
         parser.set_defaults(**{RECIPE_KEYS[k]: v for k, v in recipe.items() if k in RECIPE_KEYS and v is not None})
         parser.set_defaults(reward=None)
         first = parser.parse_args(argv)
@@ -129,9 +137,12 @@ def parse_options(argv: list[str] | None, prog: str) -> argparse.Namespace:
 def _read_recipe(path: str) -> dict[str, Any]:
     import yaml
 
-    file = Path(path).expanduser()
-    if not file.is_file():
-        raise ProfileError(f"recipe {path} does not exist")
+    from trl_dapo_ext.recipes import RecipeNotFound, resolve_config
+
+    try:
+        file = resolve_config(path)  # a path, or the name of a shipped recipe
+    except RecipeNotFound as error:
+        raise ProfileError(str(error)) from None
     try:
         values = yaml.safe_load(file.read_text())
     except yaml.YAMLError as error:

@@ -11,11 +11,11 @@ and flags override the YAML:
 
 Examples::
 
-    trl-dapo train --config recipes/gsm8k_lora_1gpu.yaml
-    trl-dapo train --config recipes/gsm8k_lora_1gpu.yaml --max_steps 20 --output_dir runs/try
-    # several GPUs (see recipes/multi_gpu_zero2_vllm_server.yaml for the vLLM server side):
-    accelerate launch --config_file recipes/accelerate/zero2.yaml -m trl_dapo_ext.cli.main train \\
-        --config recipes/multi_gpu_zero2_vllm_server.yaml
+    trl-dapo train --config gsm8k_lora_1gpu          # a shipped recipe by name (trl-dapo recipes lists them)
+    trl-dapo train --config my_recipe.yaml --max_steps 20 --output_dir runs/try
+    # several GPUs (see the multi_gpu_zero2_vllm_server recipe for the vLLM server side):
+    accelerate launch --config_file "$(trl-dapo recipes path accelerate/zero2)" -m trl_dapo_ext.cli.main train \\
+        --config multi_gpu_zero2_vllm_server
 
 Reward functions are chosen by name (`reward_funcs: [math_reward, math_format_reward]`); see `REWARD_FUNCS` for the
 names, or give a dotted import path (`my_package.rewards.my_reward`) as TRL's own `trl grpo` does.

@@ -6,12 +6,14 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from trl import GRPOConfig, ModelConfig, ScriptArguments, TrlParser
 
+from trl_dapo_ext import recipes
 from trl_dapo_ext.config import DAPOConfig
 from trl_dapo_ext.cpu_threads import parse_threads
 
@@ -110,8 +112,9 @@ HELP_DESCRIPTION = """\
 Train a model with DAPO/GRPO from a YAML recipe. Every option below is both a recipe key and a flag; flags
 override the recipe:
 
-  trl-dapo train --config recipes/tiny_cpu.yaml                    # the demo's tiny model, under a minute on a CPU
-  trl-dapo train --config recipes/gsm8k_lora_1gpu.yaml --max_steps 20 --output_dir runs/try
+  trl-dapo train --config tiny_cpu                      # a shipped recipe: the demo's tiny model, a minute on a CPU
+  trl-dapo train --config my_recipe.yaml --max_steps 20 --output_dir runs/try
+  trl-dapo recipes                                      # the shipped recipes; recipes copy NAME: one to edit
 
 The options come in four groups: data and rewards (trl-dapo train's own), the DAPO extensions (DAPOConfig), the
 model (trl.ModelConfig: model_name_or_path, dtype, LoRA, 4-bit), and last every trl.GRPOConfig /
@@ -159,13 +162,13 @@ def make_parser(prog: str | None = None) -> TrlParser:
     """The parser of `trl-dapo train`: `TrainScriptArguments`, `DAPOConfig` and TRL's `ModelConfig`.
 
     >>> script_args, training_args, model_args = make_parser().parse_args_and_config(
-    ...     ["--config", "recipes/gsm8k_lora_1gpu.yaml", "--use_cpu", "true", "--bf16", "false", "--use_vllm", "false"]
+    ...     ["--config", "gsm8k_lora_1gpu", "--use_cpu", "true", "--bf16", "false", "--use_vllm", "false"]
     ... )  # doctest: +SKIP
     """
     parser = TrlParser(
         (TrainScriptArguments, DAPOConfig, ModelConfig),
         prog=prog,
-        usage="%(prog)s --config RECIPE.yaml [--KEY VALUE ...]",
+        usage="%(prog)s --config RECIPE [--KEY VALUE ...]",
         description=HELP_DESCRIPTION,
         epilog=HELP_EPILOG,
         formatter_class=_HelpFormatter,
@@ -198,11 +201,24 @@ def parse_args(argv: list[str] | None, prog: str | None = None):
     """Parse ``argv`` (``--config recipe.yaml`` and/or flags) into (script, training, model) arguments.
 
     A misspelt recipe key or flag is an error with the closest known name, not a silently ignored setting.
+    ``--config`` takes a path or the name of a shipped recipe (`trl_dapo_ext.recipes`); a relative
+    ``dataset_name`` of the recipe that does not exist from the working directory is looked up beside the recipe.
     """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    recipe = None
+    if "--config" in argv[:-1]:
+        position = argv.index("--config") + 1
+        try:
+            recipe = recipes.resolve_config(argv[position])
+        except recipes.RecipeNotFound as error:
+            raise TrainError(str(error)) from None
+        argv[position] = str(recipe)
     parser = make_parser(prog)
     *parsed, config_left, flags_left = parser.parse_args_and_config(
         argv, return_remaining_strings=True, separate_remaining_strings=True
     )
+    if recipe is not None and not any(item.split("=", 1)[0] == "--dataset_name" for item in argv):
+        parsed[0].dataset_name = recipes.resolve_data_path(parsed[0].dataset_name, recipe)
     if config_left:  # ["--key", "value", ...] for each recipe key no dataclass has
         raise unknown_key_error([item[2:] for item in config_left[::2]], "recipe")
     if flags_left:

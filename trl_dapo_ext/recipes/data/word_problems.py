@@ -1,7 +1,7 @@
 """Writes word_problems.jsonl: 200 one- and two-step arithmetic word problems with integer answers, for
-recipes/smollm2_cpu.yaml (a 135M instruct model solves a few of them, so groups vary). Deterministic:
+the smollm2_cpu recipe (a 135M instruct model solves a few of them, so groups vary). Deterministic:
 
-    python recipes/data/word_problems.py
+    python trl_dapo_ext/recipes/data/word_problems.py
 """
 
 from __future__ import annotations
