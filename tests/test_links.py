@@ -125,6 +125,11 @@ def broken_links() -> list[str]:
                 problems.append(f"{where} (no such file)")
             elif anchor and file.suffix == ".md" and anchor not in anchors(file):
                 problems.append(f"{where} (no heading with anchor #{anchor} in {file.relative_to(ROOT)})")
+    # pyproject.toml's [project.urls]: an address inside the repository (e.g. .../blob/main/docs/x.md) must exist.
+    for name, url in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"].items():
+        local = _local_target(ROOT / "pyproject.toml", url)
+        if local is not None and not local[0].exists():
+            problems.append(f"pyproject.toml [project.urls] {name}: {url} (no such file)")
     return problems
 
 
