@@ -3,7 +3,9 @@
 The demo's gain must not hinge on which float kernels a CPU has, so this runs it under
 ``ATEN_CPU_CAPABILITY=default`` (plain C++ kernels), ``avx2`` and the machine's native path (variable unset), and
 records, per run, held-out sampled accuracy before and after RL, the gain, the wall time and the CPU time of the whole
-process tree (the demo and its verifier workers; on a shared machine the CPU time is the fair measure).
+process tree (the demo and its verifier workers; on a shared machine the CPU time is the fair measure). Where the
+native path is one of the named ones (a machine whose best kernels are AVX2), its runs would repeat those bit for bit,
+so they are not run: the summary counts distinct runs only.
 
     python benchmarks/demo_matrix.py --seeds 0 1 2 --jobs 1            # the README's 9 runs, one at a time
     python benchmarks/demo_matrix.py --seeds 0 --paths default -- --quick   # extra demo options after --
@@ -59,6 +61,15 @@ def run_one(seed: int, path: str, out_dir: Path, extra: list[str]) -> dict:
     )
 
 
+def native_path() -> str:
+    """The kernel path torch picks here without ATEN_CPU_CAPABILITY ("default", "avx2", "avx512", ...)."""
+    env = {key: value for key, value in os.environ.items() if key != "ATEN_CPU_CAPABILITY"}
+    code = "import torch; print(torch.backends.cpu.get_cpu_capability().lower())"
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -74,7 +85,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("demo_args", nargs="*", help="extra `trl-dapo demo` options, after --")
     options = parser.parse_args(argv)
     root = Path(options.output_dir or tempfile.mkdtemp(prefix="demo-matrix-"))
-    jobs = [(seed, path) for seed in options.seeds for path in options.paths]
+    paths = list(options.paths)
+    native = native_path()
+    if "native" in paths and native in paths:
+        paths.remove("native")
+        print(f"the native kernel path is {native}: its runs would repeat the {native} runs, so they are not run")
+    jobs = [(seed, path) for seed in options.seeds for path in paths]
     with ThreadPoolExecutor(max_workers=options.jobs) as pool:
         rows = list(pool.map(lambda job: run_one(*job, root / f"seed{job[0]}-{job[1]}", options.demo_args), jobs))
 
@@ -87,7 +103,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     for key, unit in (("gain", "pt"), ("wall", "s"), ("cpu", "s")):
         values = [r[key] for r in rows]
-        print(f"{key}: min {min(values):.1f} {unit}, median {median(values):.1f} {unit}, max {max(values):.1f} {unit}")
+        print(
+            f"{key} over {len(rows)} distinct runs: min {min(values):.1f} {unit}, median {median(values):.1f} {unit}, "
+            f"max {max(values):.1f} {unit}"
+        )
     (root / "matrix.json").write_text(json.dumps(rows, indent=2))
     return 0
 

@@ -59,6 +59,11 @@ def ms(runs: list, column: int) -> str:
     return f"{1e3 * median(runs, column):.1f} ms" if runs else "-"
 
 
+def ratio(value: float) -> str:
+    """A speed-up with enough digits below 10 that a slowdown reads as one (0.3x, not 0x)."""
+    return f"{value:.0f}x" if value >= 10 else f"{value:.1f}x"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="*", default=[8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096])
@@ -78,7 +83,7 @@ def main() -> None:
                 old.append(decide(groups, exact=True))
 
         gaps = [f"{new[0][c] / old[0][c] - 1:+.1e}" if old else "-" for c in (2, 3)]
-        ratios = [f"{median(old, c) / median(new, c):.0f}x" if old else "-" for c in (0, 1)]
+        ratios = [ratio(median(old, c) / median(new, c)) if old else "-" for c in (0, 1)]
         print(
             f"| {groups} | {ms(new, 0)} | {ms(new, 1)} | {ms(new, 4)} / {ms(new, 5)} | {ms(old, 0)} | {ms(old, 1)} "
             f"| {ratios[0]} | {ratios[1]} | {gaps[0]} | {gaps[1]} |"

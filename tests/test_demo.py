@@ -27,9 +27,9 @@ def test_quick_demo_runs_end_to_end(tmp_path):
     to 61% greedy across kernel paths); (2) RL is gentle (lr 1e-4 after a 10-step warm-up, one thread):
     at 2e-4 and above its first 100-150 steps can unsettle the policy before it gains, at 1e-4 the held-out accuracy
     rose at every checkpoint; (3) accuracy is measured on 500 held-out problems x 8 samples (4,000 completions) with
-    the same random numbers before and after RL, so the difference is the policy's, not the draw's. Measured on a
-    2-core machine (whose native path is AVX2) over seeds 0-2 and the default, avx2 and native paths (10 runs, one
-    repeated: identical): +4.6 to +10.6 points, median +7.5; the bound of 1 point is below the smallest.
+    the same random numbers before and after RL, so the difference is the policy's, not the draw's. The gains over
+    seeds 0-2 and the default, avx2 and native kernel paths (`python benchmarks/demo_matrix.py -- --quick`, distinct
+    runs only) are in the README; the bound of 1 point is below the smallest.
     """
     env = {key: value for key, value in os.environ.items() if key not in WAIT_VARIABLES}  # the package's default
     env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")

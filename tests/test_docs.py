@@ -99,3 +99,16 @@ def test_api_page_lists_every_recipe_reward_and_shows_defaults_as_values():
         assert parameters["timeout_s"].default == answers.DEFAULT_TIMEOUT_S
         if "memory_limit_mb" in parameters:
             assert parameters["memory_limit_mb"].default == answers.DEFAULT_MEMORY_LIMIT_MB
+
+
+def test_api_page_documents_every_public_name():
+    import reward_funcs
+    import trl_dapo_ext
+
+    page = (ROOT / "docs" / "api.md").read_text()
+    members = {
+        m.strip() for m in re.search(r"::: reward_funcs\n.*?members: \[(.*?)\]", page, re.S).group(1).split(",")
+    }
+    assert {"MathReward", "MathFormatReward"} <= set(reward_funcs.__all__)
+    assert not set(reward_funcs.__all__) - members, "docs/api.md's reward_funcs block lacks these"
+    assert not [name for name in trl_dapo_ext.__all__ if name not in page], "docs/api.md lacks these"

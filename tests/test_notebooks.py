@@ -130,6 +130,40 @@ def test_completions_are_logged_every_n_steps_not_every_step(name):
     assert re.search(r"^COMPLETIONS_EVERY = (\d+)", code, re.MULTILINE)[1] == "25"
 
 
+# Where the GSM8K notebook's settings differ from its recipe on purpose (its last section names both).
+RECIPE_DIFFERENCES = {"output_dir", "log_completions"}
+
+
+def test_gsm8k_notebook_is_its_recipe_on_a_bf16_gpu_with_vllm():
+    """The notebook says its configuration is recipes/gsm8k_lora_1gpu.yaml: every DAPOConfig key the recipe sets
+    gets the same value from the notebook's parameter and configuration cells on a bf16 GPU with vLLM."""
+    import yaml
+
+    recipe_path = next(ROOT.glob("**/recipes/gsm8k_lora_1gpu.yaml"))  # wherever the recipes live
+    recipe = yaml.safe_load(recipe_path.read_text())
+    code = [cell.source for cell in _read("dapo_gsm8k_lora").cells if cell.cell_type == "code"]
+    parameters, config = code[0], next(source for source in code if "args = DAPOConfig(" in source)
+    namespace = {"os": os, "CUDA": True, "BF16": True, "DTYPE": "bfloat16"}
+    exec(parameters.replace("import os\n", ""), namespace)  # noqa: S102 - the notebook's own cells
+    assert namespace["TINY"] is False  # the full run, not tiny mode
+    namespace["USE_VLLM"] = True
+    exec(config.replace("from trl_dapo_ext import DAPOConfig\n", ""), {**namespace, "DAPOConfig": dict}, namespace)
+    notebook = namespace["args"]
+    assert notebook["model_init_kwargs"] == {"dtype": recipe["dtype"]}
+    from trl_dapo_ext import DAPOConfig
+
+    defaults = DAPOConfig(output_dir="unused", use_cpu=True)
+    compared = [key for key in recipe if hasattr(defaults, key) and key not in RECIPE_DIFFERENCES]
+    assert {"max_steps", "learning_rate", "overlong_buffer_length", "dynamic_sampling"} <= set(compared)
+    differ = {
+        key: (recipe[key], notebook.get(key, getattr(defaults, key)))
+        for key in compared
+        if recipe[key] != notebook.get(key, getattr(defaults, key))
+    }
+    assert not differ, f"the notebook and {recipe_path.relative_to(ROOT)} differ (recipe, notebook): {differ}"
+    assert recipe["model_name_or_path"] == namespace["MODEL_ID"]
+
+
 def _execute(name: str, workdir: Path):
     from nbclient import NotebookClient
 

@@ -1,0 +1,71 @@
+"""Figures the README quotes equal their one source: the docs page that holds the measurement and names the command
+that made it. A README figure that drifts from its page fails here; update the page (rerun its command), then the
+README."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+
+
+def _paragraph(text: str, start: str) -> str:
+    """The paragraph of `text` that begins with `start`, on one line."""
+    index = text.index(start)
+    return text[index : text.find("\n\n", index)].replace("\n", " ")
+
+
+def _table_rows(page: str, header_start: str) -> list[list[str]]:
+    """The body cells of the Markdown table whose header line begins with `header_start`."""
+    lines = page[page.index(header_start) :].splitlines()[2:]
+    rows = []
+    for line in lines:
+        if not line.strip().startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+    return rows
+
+
+def test_math_reward_speed_ups_are_the_math_grading_pages():
+    page = (ROOT / "docs" / "math-grading.md").read_text()
+    rows = _table_rows(page, "  | corpus | G | `math_reward` |")
+    assert [(row[0].split()[0], row[1]) for row in rows] == [("mixed", "8"), ("mixed", "1"), ("symbolic", "8"),
+                                                             ("symbolic", "1")]  # fmt: skip
+    speed_ups = [row[4].split()[0] for row in rows]  # "7.2x (7.2–9.8x)" -> "7.2x"
+    cpu_ratios = [float(trl) / float(ours) for ours, trl in (row[5].split(" / ") for row in rows)]
+    cpu_range = [f"{min(cpu_ratios):.1f}x", f"{max(cpu_ratios):.1f}x"]
+
+    readme = _paragraph(README, "`math_reward` is ")
+    assert "docs/math-grading.md#speed" in readme
+    assert re.findall(r"\d+(?:\.\d+)?x", readme) == speed_ups + cpu_range, readme
+    assert f"{cpu_range[0]} to {cpu_range[1]} less CPU" in page.replace("\n  ", " ")
+
+
+def test_code_sandbox_run_time_is_the_code_sandbox_pages():
+    page = (ROOT / "docs" / "code-sandbox.md").read_text()
+    section = page[page.index("## Performance") :]
+    assert "python benchmarks/code_rewards.py" in section  # the page names the command
+    row = next(r for r in _table_rows(section, "| measure | result |") if r[0].startswith("one sandboxed run"))
+    median_ms = row[1].split(" / ")[0]  # "148 ms / 159 ms": median / mean
+    readme = _paragraph(README, "`math_reward` is ")
+    assert re.findall(r"\d+(?:-\d+)? ms", readme) == [median_ms], readme
+    assert "docs/code-sandbox.md#performance" in readme
+
+
+def test_speed_up_columns_print_slowdowns_as_such():
+    spec = importlib.util.spec_from_file_location("planner_scaling", ROOT / "benchmarks" / "planner_scaling.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert [module.ratio(r) for r in (0.28, 1.0, 6.94, 24.3, 199.2)] == ["0.3x", "1.0x", "6.9x", "24x", "199x"]
+    page = (ROOT / "docs" / "dynamic-sampling.md").read_text()
+    assert not re.search(r"\|\s*0x\s*\|", page), "a 0x speed-up in docs/dynamic-sampling.md: print it with ratio()"
+
+
+def test_one_size_for_the_t4():
+    """NVIDIA's T4 has 16 GB; nvidia-smi shows 15 GiB, which the memory verdicts use."""
+    texts = [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "notebooks").glob("*.ipynb")]
+    wrong = [str(p.relative_to(ROOT)) for p in texts if re.search(r"T4 \(?15 ?GB\b|\b15 ?GB\)? T4", p.read_text())]
+    assert not wrong, f"a 15 GB T4 in {wrong}: it has 16 GB (15 GiB)"
