@@ -257,8 +257,9 @@ class DAPOConfig(GRPOConfig):
             "logged as dynamic_sampling/generated_completions) reach this, and run the lr schedule on the same unit: "
             "the schedule of ceil(budget / per_step) plain GRPO steps, evaluated at completions / per_step, where "
             "per_step is what a plain GRPO step generates (generation_batch_size * gradient_accumulation_steps / "
-            "(steps_per_generation * num_iterations)). max_steps left at -1 becomes ceil(budget / per_step); a "
-            "given max_steps stays a cap on optimizer steps. None: bounded by max_steps / num_train_epochs as usual."
+            "(steps_per_generation * num_iterations)). max_steps left at -1 becomes ceil(budget / per_step) (so "
+            "num_train_epochs is ignored, as with any max_steps); a given max_steps stays a cap on optimizer steps "
+            "(without dynamic sampling it must be at least that). None: bounded by max_steps / num_train_epochs."
         },
     )
 
