@@ -7,7 +7,8 @@ MODES: comma-separated, run one after another in the same processes. ``agree``: 
 losses of every update batch, the engine in use and a digest of the parameters after training. ``lora``: the same
 with a LoRA adapter. ``resume``: a run with the default planner and history skipping, checkpointed at step 2, then
 resumed from that checkpoint; the refill draws, counters and steering state of both after the checkpoint.
-``diverge``: rank 1's planner decisions made to differ from rank 0's; the rounds both ranks ran.
+``diverge``: rank 1's planner decisions made to differ from rank 0's; the rounds both ranks ran. ``budget``: a run
+bounded by ``max_generated_completions``; the count at every step end and the logged counts and lrs.
 CONFIG_JSON: config keywords for every trainer (e.g. ``{"use_cpu": false, "ddp_backend": "gloo"}`` for DeepSpeed).
 Each process writes ``{mode: report}`` to OUTPUT_DIR/rank{N}.json.
 """
@@ -215,10 +216,46 @@ def diverge(output_dir: str, **config) -> dict:
     }
 
 
+def budget(output_dir: str, **config) -> dict:
+    from transformers import TrainerCallback
+
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_causal_lm(tokenizer, hidden_size=32, num_layers=1, seed=2)
+    trainer = tiny_trainer(
+        model,
+        KindReward(),
+        kinds_dataset(["right", "varying", "right"], repeat=16),
+        tokenizer,
+        output_dir,
+        dynamic_sampling=True,
+        max_steps=-1,
+        max_generated_completions=100,
+        lr_scheduler_type="linear",
+        **config,
+    )
+    counts: list[int] = []
+
+    class Counts(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            counts.append(trainer.generated_completions)
+
+    trainer.add_callback(Counts())
+    trainer.train()
+    return {
+        "rank": trainer.accelerator.process_index,
+        "max_steps": trainer.args.max_steps,
+        "counts": counts,
+        "logged": [h[N.DYNAMIC_SAMPLING_GENERATED_COMPLETIONS] for h in ds_logs(trainer)],
+        "lrs": [h["learning_rate"] for h in trainer.state.log_history if "loss" in h],
+        "global_step": trainer.state.global_step,
+        "parameter_digest": parameter_digest(trainer),
+    }
+
+
 def main(output_dir: str, modes: str = "agree", config: str = "{}") -> None:
     trl115_cpu_shim.install_if_needed()
     torch.set_num_threads(1)
-    runs = {"agree": agree, "lora": lora, "resume": resume, "diverge": diverge}
+    runs = {"agree": agree, "lora": lora, "resume": resume, "diverge": diverge, "budget": budget}
     report = {mode: runs[mode](os.path.join(output_dir, mode), **json.loads(config)) for mode in modes.split(",")}
     rank = next(iter(report.values()))["rank"]
     with open(os.path.join(output_dir, f"rank{rank}.json"), "w") as handle:

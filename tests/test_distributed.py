@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+from itertools import accumulate
 
 import pytest
 from test_dynamic_sampling import G, realised_cost
@@ -136,3 +137,15 @@ def assert_exact_resume(reports: list[dict]) -> None:
         assert report["resumed_logs"] == report["full_logs"] != []
         assert report["resumed_state"] == report["full_state"]
     assert reports[0]["resumed_state"] == reports[1]["resumed_state"]  # the ranks agree
+
+
+def test_two_processes_share_the_generation_budget(tmp_path):
+    """max_generated_completions: both ranks count every process's completions (the logged count), stop at the same
+    step, the first at or past the budget, and schedule the same lr."""
+    reports = [report["budget"] for report in run_on_two_processes(tmp_path, "budget")]
+    assert reports[0]["max_steps"] == 7  # ceil(100 / 16): 8 rows per process, 2 processes
+    for key in ("counts", "logged", "lrs", "global_step", "parameter_digest"):
+        assert reports[0][key] == reports[1][key], key
+    counts = reports[0]["counts"]
+    assert counts == list(accumulate(reports[0]["logged"]))
+    assert counts[-1] >= 100 > counts[-2] and len(counts) == reports[0]["global_step"]

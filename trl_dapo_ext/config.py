@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from .core.advantages import ESTIMATORS, STD_KINDS
+from .generation_budget import plain_step_completions, schedule_steps
 
 
 @dataclass
@@ -79,6 +80,11 @@ class DAPOConfig(GRPOConfig):
         dynamic_sampling_fixed_budget (bool): Every step generates at most what plain GRPO generates (the batch's
             rows per process) and trains on every informative group it found; the rest of the batch is masked out of
             the loss. Without screening: GRPO's own groups with the zero-variance ones masked (no refill).
+        max_generated_completions (int | None): Bound the run by generation instead of steps: stop at the first
+            optimizer step end at which the completions generated so far (every round and process, the count logged
+            as `dynamic_sampling/generated_completions`) reach this, and run the lr schedule on completions (the
+            schedule of `ceil(budget / per_step)` plain GRPO steps evaluated at `completions / per_step`). `max_steps`
+            left at -1 becomes that step count (see `trl_dapo_ext.generation_budget`).
         diagnostics (bool): Log the `groups/`, `length/`, `cost/` and `time/` metrics every step; training itself is
             unchanged.
         diagnostics_success_threshold (float): A completion counts as correct when its task reward is at least this
@@ -243,6 +249,20 @@ class DAPOConfig(GRPOConfig):
         },
     )
 
+    max_generated_completions: int | None = field(
+        default=None,
+        metadata={
+            "help": "Bound the run by generation: stop at the first optimizer step end at which the completions "
+            "generated so far (every generation round of every process, with or without dynamic sampling: the count "
+            "logged as dynamic_sampling/generated_completions) reach this, and run the lr schedule on the same unit: "
+            "the schedule of ceil(budget / per_step) plain GRPO steps, evaluated at completions / per_step, where "
+            "per_step is what a plain GRPO step generates (generation_batch_size * gradient_accumulation_steps / "
+            "(steps_per_generation * num_iterations)). max_steps left at -1 becomes ceil(budget / per_step) (so "
+            "num_train_epochs is ignored, as with any max_steps); a given max_steps stays a cap on optimizer steps "
+            "(without dynamic sampling it must be at least that). None: bounded by max_steps / num_train_epochs."
+        },
+    )
+
     diagnostics: bool = field(
         default=False,
         metadata={
@@ -306,6 +326,7 @@ class DAPOConfig(GRPOConfig):
             )
         self._validate_overlong_fields()
         self._validate_dynamic_sampling_fields()
+        self._validate_generation_budget()
         if self.diagnostics_pass_k is not None and not 1 <= self.diagnostics_pass_k <= self.num_generations:
             raise ValueError(
                 f"diagnostics_pass_k={self.diagnostics_pass_k} must be between 1 and num_generations="
@@ -341,6 +362,46 @@ class DAPOConfig(GRPOConfig):
                 f"but multi_objective_aggregation={self.multi_objective_aggregation!r} would normalise the penalty "
                 "on its own. Set multi_objective_aggregation='sum_then_normalize', or drop overlong shaping and add "
                 "trl.rewards.get_soft_overlong_punishment as an ordinary reward function."
+            )
+
+    def _validate_generation_budget(self) -> None:
+        """``max_generated_completions``: a positive int, a schedule that can run on completions, and ``max_steps``
+        derived from it (left at -1) or consistent with it."""
+        budget = self.max_generated_completions
+        if budget is None:
+            return
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+            raise ValueError(
+                f"max_generated_completions={budget!r} must be an int >= 1 (completions generated, every process's), "
+                "or None to bound the run by max_steps."
+            )
+        if self.lr_scheduler_type == "reduce_lr_on_plateau":
+            raise ValueError(
+                "max_generated_completions runs the lr schedule on generated completions, which needs a step "
+                "schedule (a LambdaLR); lr_scheduler_type='reduce_lr_on_plateau' is not one. Choose another "
+                "lr_scheduler_type (e.g. 'linear', 'cosine', 'constant') or drop max_generated_completions."
+            )
+        per_step = plain_step_completions(self)
+        steps = schedule_steps(budget, per_step)
+        # Plain GRPO and refill without screening generate at least a plain step's completions every step (the
+        # batch's own groups come first), so the plain step count bounds the run; screening can generate fewer.
+        at_least_plain = not self.dynamic_sampling or not (
+            self.dynamic_sampling_screen_generations is not None or self.dynamic_sampling_fixed_budget
+        )
+        if self.max_steps is None or self.max_steps < 0:
+            if not at_least_plain:
+                raise ValueError(
+                    f"max_generated_completions={budget} with screening (dynamic_sampling_screen_generations or "
+                    "dynamic_sampling_fixed_budget): a step can generate fewer completions than a plain GRPO step's "
+                    f"{per_step:g}, so max_steps cannot be derived from the budget. Set max_steps to the most "
+                    f"optimizer steps you allow (the budget takes {steps} plain steps; e.g. max_steps={2 * steps})."
+                )
+            self.max_steps = steps
+        elif not self.dynamic_sampling and self.max_steps < steps:
+            raise ValueError(
+                f"max_steps={self.max_steps} and max_generated_completions={budget} disagree: plain GRPO generates "
+                f"{per_step:g} completions a step, so the budget takes {steps} steps and max_steps would end the run "
+                "first. Leave max_steps at -1 (derived from the budget), or drop max_generated_completions."
             )
 
     def _validate_dynamic_sampling_fields(self) -> None:

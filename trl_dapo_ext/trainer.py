@@ -32,6 +32,14 @@ from .dynamic_sampling.rounds import build_dynamic_sampler, with_prompt_index
 from .dynamic_sampling.sampler import DynamicSampler
 from .dynamic_sampling.screening_rounds import collector_class
 from .dynamic_sampling.state import resume_dynamic_sampling, save_dynamic_sampling
+from .generation_budget import (
+    GenerationBudgetCallback,
+    on_completions,
+    plain_step_completions,
+    resume_generation_budget,
+    save_generation_budget,
+    schedule_steps,
+)
 from .launch import check_launch
 from .positions import check_left_padding, parameters_are_partitioned
 from .reward_guard import guarded
@@ -79,6 +87,10 @@ class DAPOTrainer(GRPOTrainer):
       ``_generate`` also keeps the tool mask it returns, before ``mask_truncated_completions`` zeroes truncated rows
       of it: the recomputed ``completions/*_length`` and the ``length/`` metrics count a truncated completion's
       tokens, as TRL does.
+
+    * ``create_scheduler`` (``max_generated_completions`` only): the step schedule of the plain GRPO steps that
+      generate the budget, evaluated at the completions generated so far (``self.generated_completions``, counted in
+      every training round and saved in checkpoints) instead of the step count (`generation_budget`).
 
     Loss, generation, optimizer and logging stay TRL's. With every extension field at its default, the trainer
     computes exactly what ``trl.GRPOTrainer`` computes.
@@ -130,6 +142,11 @@ class DAPOTrainer(GRPOTrainer):
         if args.dynamic_sampling and not parameters_are_partitioned(self.model):
             self._check_left_padding()
         self.diagnostics: Diagnostics | None = Diagnostics(self) if args.diagnostics else None
+        # Completions generated in training so far, every process's (the same on every rank): max_generated_completions
+        # stops the run and runs the lr schedule on it (`generation_budget`).
+        self.generated_completions = 0
+        if args.max_generated_completions is not None:
+            self.add_callback(GenerationBudgetCallback(self))
 
     __init__.__signature__ = _GRPO_INIT_SIGNATURE  # what help() and inspect show: TRL's parameters
 
@@ -195,6 +212,8 @@ class DAPOTrainer(GRPOTrainer):
         self._last_round = None  # so that a round which never scores cannot pass off the previous round's rewards
         self._generated_tool_mask = None  # nor the previous round's tool mask
         output = super()._generate_and_score_completions(rows)
+        if self.model.training:  # every process generates as many rows in a round
+            self.generated_completions += len(rows) * self.accelerator.num_processes
         if need_rewards and self._last_round is None:
             raise RuntimeError(
                 f"trl {compat.trl_version()}: GRPOTrainer._generate_and_score_completions returned without calling "
@@ -313,8 +332,33 @@ class DAPOTrainer(GRPOTrainer):
         super()._save_rng_state(output_dir)
         if self.dynamic_sampling is not None:
             save_dynamic_sampling(self, output_dir)
+        if self.args.max_generated_completions is not None:
+            save_generation_budget(self, output_dir)
 
     def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
         if self.dynamic_sampling is not None and resume_from_checkpoint:
             resume_dynamic_sampling(self, resume_from_checkpoint)
+        if self.args.max_generated_completions is not None and resume_from_checkpoint:
+            resume_generation_budget(self, resume_from_checkpoint)
         return super().train(resume_from_checkpoint, *args, **kwargs)
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Runs bounded by generation (max_generated_completions)
+    # ------------------------------------------------------------------------------------------------------------
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        if self.args.max_generated_completions is None:
+            return super().create_scheduler(num_training_steps, optimizer)
+        # The schedule of the plain GRPO steps that generate the budget, evaluated at completions generated.
+        per_step = plain_step_completions(self.args)
+        scheduler = super().create_scheduler(schedule_steps(self.args.max_generated_completions, per_step), optimizer)
+        if not isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR):
+            raise TypeError(
+                f"max_generated_completions runs the lr schedule on generated completions and needs a LambdaLR, but "
+                f"the trainer's scheduler is a {type(scheduler).__name__}. Use a transformers lr_scheduler_type "
+                "(not reduce_lr_on_plateau) and no scheduler of your own, or drop max_generated_completions."
+            )
+        if not getattr(scheduler, "_dapo_on_completions", False):  # once, though DeepSpeed may ask again
+            scheduler.lr_lambdas = on_completions(scheduler.lr_lambdas, lambda: self.generated_completions, per_step)
+            scheduler._dapo_on_completions = True
+        return scheduler
