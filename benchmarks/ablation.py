@@ -50,6 +50,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from ablation_tasks import CLASSES, HELD_OUT_PER_CLASS, TASKS  # noqa: E402  (beside this script)
+
 from trl_dapo_ext.cli.demo import DemoSettings  # noqa: E402  (light: the demo imports torch and TRL lazily)
 
 RESULTS = "results.json"
@@ -79,6 +81,7 @@ _TOKEN_LOSS = {**_CLIP_HIGHER, "loss_type": "dapo"}  # DAPO Sec. 3.3
 # step's round budget runs out: a run of an hour must not die on one unlucky step (filled groups are masked out of
 # the loss and counted in the record).
 _DAPO = {**_TOKEN_LOSS, "dynamic_sampling": True, "dynamic_sampling_on_exhausted": "fill"}
+_SCREEN_BUDGET = {"dynamic_sampling_screen_generations": 4, "dynamic_sampling_fixed_budget": True}
 
 ARMS: dict[int, Arm] = {
     arm.number: arm
@@ -92,8 +95,18 @@ ARMS: dict[int, Arm] = {
         Arm(5, "DAPO + leave-one-out, unscaled", {**_DAPO, "advantage_estimator": "loo", "scale_rewards": "none"}),
         # Window 1, floor 0.1: the setting benchmarks/rollout_efficiency_trainer.py measured.
         Arm(6, "DAPO + prompt-history skipping", {**_DAPO, "dynamic_sampling_skip_window": 1}),
+        # Selection without refill: GRPO's own groups (one round, B x G completions), the zero-variance ones masked
+        # out of the loss and its denominator. Separates "no dilution" from refilling.
+        Arm(7, "drop zero-variance, no refill", {**_DAPO, "dynamic_sampling_fixed_budget": True}),
+        # Screening (SPEED-RL's k=4): probes first, full groups only where they can teach; refill to a full batch.
+        Arm(8, "screening k=4 + refill", {**_DAPO, "dynamic_sampling_screen_generations": 4}),
+        # The same within GRPO's per-step budget: GRPO's completions and optimizer steps, more informative groups.
+        Arm(9, "screening k=4, GRPO's budget", {**_DAPO, **_SCREEN_BUDGET}),
     )
 }
+# The arms of the selection comparison (`--arms selection`): GRPO, GRPO with DAPO's loss (what the selection arms
+# share), and every way of choosing groups.
+SELECTION_ARMS = [1, 3, 4, 6, 7, 8, 9]
 
 # Not arms: DAPO's overlong filtering (`mask_truncated_completions`) and soft overlong punishment
 # (`overlong_buffer_length`) act on completions cut off at the length limit. Here a well-formed completion is at most
@@ -121,6 +134,7 @@ class Plan:
     eval_every: int
     threads: int = 1
     smoke: bool = False
+    task: str = "demo"
 
     @property
     def completions_per_step(self) -> int:
@@ -177,57 +191,40 @@ def warm_start_seed(output: str, seed: int, plan: dict) -> dict:
     plan_ = Plan(**plan)
     folder = warm_dir(Path(output), seed)
     _worker_setup(folder / "log.txt", plan_.threads)
+    from ablation_tasks import evaluate_by_class, task_splits
     from safetensors.torch import save_model
 
     from reward_funcs import math_reward
-    from trl_dapo_ext.cli.demo import build_tokenizer_and_model, evaluate, split_problems, warm_start
+    from trl_dapo_ext.cli.demo import build_tokenizer_and_model, warm_start
 
     settings = DemoSettings(**{**plan_.demo, "output_dir": str(folder), "seed": seed})
-    held_out, sft_rows, _ = split_problems(settings)
+    splits = task_splits(plan_.task, settings)
     tokenizer, model = build_tokenizer_and_model(settings.model_size, seed)
     started = time.perf_counter()
-    sft_steps = warm_start(model, tokenizer, sft_rows, settings)
+    sft_steps = warm_start(model, tokenizer, splits.sft_rows, settings)
     seconds = time.perf_counter() - started
-    before = evaluate(model, tokenizer, held_out, settings.eval_samples, seed, math_reward)
+    before = evaluate_by_class(model, tokenizer, splits.held_out, settings.eval_samples, seed, math_reward)
     save_model(model, str(folder / "model.safetensors"))  # the embedding and the output layer are tied: one tensor
-    info = dict(seed=seed, sft_steps=sft_steps, sft_seconds=seconds, accuracy_before=asdict(before), demo=plan_.demo)
+    info = dict(
+        seed=seed,
+        sft_steps=sft_steps,
+        sft_seconds=seconds,
+        accuracy_before=before["overall"],
+        accuracy_before_by_class=before["by_class"],
+        demo=plan_.demo,
+        task=plan_.task,
+    )
     (folder / "warm.json").write_text(json.dumps(info, indent=2))  # written last: its presence means complete
     return info
 
 
-def _budget_trainer_class():
-    """`DAPOTrainer` whose lr schedule runs on completions generated instead of optimizer steps.
+def _budget_callback(budget: int, eval_every: int, trainer, evaluate_now: Callable[[], dict]):
+    """Evaluates every ``eval_every`` completions and at the end of the budget (the trainer stops there itself:
+    ``max_generated_completions``).
 
-    Every arm anneals over the same budget: the demo's schedule (constant, then a cosine decay to 0 over the last 200
-    of 500 steps) is evaluated at ``completions / (prompts x G)`` "arm-1 steps". For arm 1 that is its step count, so
-    its schedule is exactly the demo's; a dynamic-sampling arm, which takes fewer steps for the same completions,
-    still reaches lr 0 when its budget is spent instead of stopping at a high lr.
-    """
-    from trl_dapo_ext import DAPOTrainer
-
-    class BudgetScheduledTrainer(DAPOTrainer):
-        completions_generated: Callable[[], int]
-        completions_per_step: int
-
-        def create_scheduler(self, num_training_steps, optimizer=None):
-            scheduler = super().create_scheduler(num_training_steps, optimizer)
-            steps_schedules = scheduler.lr_lambdas  # LambdaLR: one multiplier function per parameter group
-
-            def on_completions(schedule: Callable[[float], float]) -> Callable[[int], float]:
-                return lambda _step: schedule(self.completions_generated() / self.completions_per_step)
-
-            scheduler.lr_lambdas = [on_completions(schedule) for schedule in steps_schedules]
-            return scheduler
-
-    return BudgetScheduledTrainer
-
-
-def _budget_callback(budget: int, eval_every: int, counter, evaluate_now: Callable[[], dict]):
-    """Stops training at the first step end with ``budget`` completions generated; evaluates every ``eval_every``.
-
-    ``counter`` is the demo's `CountingReward`: the verifier scores every generated completion once, whether its group
-    reaches the update batch or is dropped by dynamic sampling, so its count is the generation cost of every arm.
-    Training time excludes the evaluations, which cost every arm the same.
+    ``trainer.generated_completions`` is every generation round's completions, whether a group reaches the update
+    batch or is dropped by dynamic sampling: the generation cost of every arm. Training time excludes the
+    evaluations, which cost every arm the same.
     """
     from transformers import TrainerCallback
 
@@ -242,7 +239,7 @@ def _budget_callback(budget: int, eval_every: int, counter, evaluate_now: Callab
             self.started, self.cpu_started = time.perf_counter(), time.process_time()
 
         def on_step_begin(self, args, state, control, **kwargs):
-            self.completions_before_last_step = counter.completions
+            self.completions_before_last_step = trainer.generated_completions
 
         def training_seconds(self) -> tuple[float, float]:
             wall = time.perf_counter() - self.started - self.eval_seconds
@@ -254,16 +251,15 @@ def _budget_callback(budget: int, eval_every: int, counter, evaluate_now: Callab
             accuracy = evaluate_now()
             self.eval_seconds += time.perf_counter() - started
             self.eval_cpu += time.process_time() - cpu_started
-            self.curve.append(dict(completions=counter.completions, steps=steps, wall_s=wall, cpu_s=cpu, **accuracy))
+            completions = trainer.generated_completions
+            self.curve.append(dict(completions=completions, steps=steps, wall_s=wall, cpu_s=cpu, **accuracy))
 
         def on_step_end(self, args, state, control, **kwargs):
-            done = counter.completions >= budget
-            if done or counter.completions >= self.next_eval:
+            completions = trainer.generated_completions
+            if completions >= budget or completions >= self.next_eval:
                 self.point(state.global_step)
-                while self.next_eval <= counter.completions:  # a large dynamic-sampling step can pass several
+                while self.next_eval <= completions:  # a large dynamic-sampling step can pass several
                     self.next_eval += eval_every
-            if done:
-                control.should_training_stop = True
 
     return Budget()
 
@@ -275,26 +271,21 @@ def train_arm(output: str, arm: int, seed: int, plan: dict, jobs: int) -> dict:
     folder = Path(output) / "runs" / name
     _worker_setup(folder / "log.txt", plan_.threads)
     import torch
+    from ablation_tasks import evaluate_by_class, task_splits
     from safetensors.torch import load_model
     from transformers.trainer_callback import PrinterCallback
 
     from reward_funcs import math_reward
-    from trl_dapo_ext.cli.demo import (
-        build_tokenizer_and_model,
-        evaluate,
-        preserved_rng,
-        rl_config,
-        rl_trainer,
-        split_problems,
-    )
+    from trl_dapo_ext.cli.demo import build_tokenizer_and_model, preserved_rng, rl_config, rl_trainer
     from trl_dapo_ext.metric_names import N
 
     wall_started = time.perf_counter()
     warm = json.loads((warm_dir(Path(output), seed) / "warm.json").read_text())
     per_step = plan_.completions_per_step
-    max_steps = math.ceil(plan_.budget / per_step)  # arm 1's steps; dynamic sampling reaches the budget sooner
-    settings = DemoSettings(**{**plan_.demo, "output_dir": str(folder.parent), "seed": seed, "rl_steps": max_steps})
-    held_out, _, rl_rows = split_problems(settings)
+    plain_steps = math.ceil(plan_.budget / per_step)  # arm 1's steps: the lr schedule's length
+    settings = DemoSettings(**{**plan_.demo, "output_dir": str(folder.parent), "seed": seed, "rl_steps": plain_steps})
+    splits = task_splits(plan_.task, settings)
+    held_out, rl_rows = splits.held_out, splits.rl_rows
     tokenizer, model = build_tokenizer_and_model(settings.model_size, seed)
     load_model(model, str(warm_dir(Path(output), seed) / "model.safetensors"))
     torch.manual_seed(seed)  # as the demo does before its RL stage
@@ -305,21 +296,26 @@ def train_arm(output: str, arm: int, seed: int, plan: dict, jobs: int) -> dict:
         save_strategy="no",
         logging_steps=1,  # every step's dynamic_sampling/generated_completions, to check the budget's count
         disable_tqdm=True,
+        # Stop at the first step that has generated the budget, the lr schedule (the demo's: constant, then a cosine
+        # decay to 0) on completions generated / (prompts x G): every arm anneals over the same budget.
+        max_generated_completions=plan_.budget,
+        # Refill reaches the budget in fewer steps; screening and the fixed budget can spend less than a plain step
+        # (a prompt dropped after its probes costs k completions), so they may take more: this cap never stops a run.
+        max_steps=plain_steps * 4,
     )
 
     def evaluate_now() -> dict:
         with preserved_rng():  # the training run's random stream stays as if it were never evaluated
-            result = evaluate(model, tokenizer, held_out, settings.eval_samples, seed, math_reward)
-        return dict(accuracy=asdict(result))
+            result = evaluate_by_class(model, tokenizer, held_out, settings.eval_samples, seed, math_reward)
+        return dict(accuracy=result["overall"], accuracy_by_class=result["by_class"])
 
-    trainer_class = _budget_trainer_class()
-    trainer, counter = rl_trainer(model, tokenizer, rl_rows, args, math_reward, trainer_class=trainer_class)
-    budget = _budget_callback(plan_.budget, plan_.eval_every, counter, evaluate_now)
+    trainer, counter = rl_trainer(model, tokenizer, rl_rows, args, math_reward)
+    budget = _budget_callback(plan_.budget, plan_.eval_every, trainer, evaluate_now)
     trainer.add_callback(budget)
     trainer.remove_callback(PrinterCallback)  # a line per step would bury the log
-    trainer.completions_generated = lambda: counter.completions
-    trainer.completions_per_step = per_step
     trainer.train()
+    if counter.completions != trainer.generated_completions:  # the verifier scored every completion once
+        raise RuntimeError(f"{counter.completions} completions scored, {trainer.generated_completions} counted")
     if not budget.curve or budget.curve[-1]["steps"] != trainer.state.global_step:
         budget.point(trainer.state.global_step)  # stopped by max_steps before the budget: cannot happen, but say so
     trainer.save_state()  # trainer_state.json: `trl-dapo report DIR/runs/NAME` draws the run's dashboard
@@ -334,14 +330,21 @@ def train_arm(output: str, arm: int, seed: int, plan: dict, jobs: int) -> dict:
         values = [h[key] for h in logs if key in h]
         return sum(values) if values else None
 
-    before = dict(completions=0, steps=0, wall_s=0.0, cpu_s=0.0, accuracy=warm["accuracy_before"])
+    before = dict(
+        completions=0,
+        steps=0,
+        wall_s=0.0,
+        cpu_s=0.0,
+        accuracy=warm["accuracy_before"],
+        accuracy_by_class=warm["accuracy_before_by_class"],
+    )
     training_wall, training_cpu = budget.curve[-1]["wall_s"], budget.curve[-1]["cpu_s"]
     return dict(
         arm=arm,
         arm_name=ARMS[arm].name,
         seed=seed,
         budget=plan_.budget,
-        completions=counter.completions,
+        completions=trainer.generated_completions,
         completions_before_last_step=budget.completions_before_last_step,
         completions_logged=total(N.DYNAMIC_SAMPLING_GENERATED_COMPLETIONS),  # the trainer's own count (sampling arms)
         optimizer_steps=trainer.state.global_step,
@@ -362,9 +365,26 @@ def train_arm(output: str, arm: int, seed: int, plan: dict, jobs: int) -> dict:
         filled_groups=total(N.DYNAMIC_SAMPLING_FILLED_GROUPS),
         skipped_prompts=total(N.DYNAMIC_SAMPLING_SKIPPED_PROMPTS),
         frac_mixed_attempted=mean(N.GROUPS_FRAC_MIXED),
+        zero_variance_curve=zero_variance_curve(logs, N.GROUPS_FRAC_MIXED),
+        task=plan_.task,
         final_learning_rate=logs[-1].get("learning_rate") if logs else None,
         sft_steps=warm["sft_steps"],
     )
+
+
+def zero_variance_curve(logs: list[dict], frac_mixed: str, points: int = 10) -> list[list[float]]:
+    """``[last step, zero-variance share]`` of the attempted groups over ``points`` equal spans of the run's steps.
+
+    >>> zero_variance_curve([{"groups/frac_mixed": v} for v in (0.2, 0.4, 0.6, 0.8)], "groups/frac_mixed", points=2)
+    [[2, 0.7], [4, 0.3]]
+    """
+    values = [(index + 1, 1.0 - h[frac_mixed]) for index, h in enumerate(logs) if h.get(frac_mixed) is not None]
+    curve = []
+    for span in range(points):
+        chunk = values[len(values) * span // points : len(values) * (span + 1) // points]
+        if chunk:
+            curve.append([chunk[-1][0], round(statistics.fmean(v for _, v in chunk), 6)])
+    return curve
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -566,7 +586,8 @@ def summary_table(results: dict) -> str:
     jobs = sorted({r["jobs"] for r in runs})
     lines = [
         f"Budget {plan['budget']:,} generated completions per run, evaluated every {plan['eval_every']:,}; seeds "
-        f"{', '.join(map(str, seeds))}; {plan['demo']['held_out']} held-out problems x {plan['demo']['eval_samples']} "
+        f"{', '.join(map(str, seeds))}; task {plan.get('task', 'demo')}, {_held_out_size(plan)} held-out problems x "
+        f"{plan['demo']['eval_samples']} "
         f"samples at temperature 1 (the same random numbers for every arm and evaluation).",
         f"Machine: {'; '.join(f'{cpu}, {cores} cores, kernel path {path}' for cpu, cores, path in machines)}; "
         f"{plan['threads']} torch thread per "
@@ -593,6 +614,7 @@ def summary_table(results: dict) -> str:
             f"| {_points([r['accuracy_before']['sampled'] for r in mine])} | {_points(after)} | {sd} "
             f"| {min(after) * 100:.1f} - {max(after) * 100:.1f} | {_diff_cell(diffs)} |"
         )
+    lines += _class_tables(runs, arms, seeds, by)
     # Wall time is what a user waits for; on a shared machine, other processes' load slows runs unequally, and the
     # process's own CPU time is the steadier measure of the same cost.
     for axis, title, unit in (
@@ -646,6 +668,59 @@ def summary_table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def _held_out_size(plan: dict) -> int:
+    return HELD_OUT_PER_CLASS * len(CLASSES) if plan.get("task") == "mixed" else plan["demo"]["held_out"]
+
+
+def _class_after(run: dict, kind: str) -> float:
+    return run["curve"][-1]["accuracy_by_class"][kind]["sampled"]
+
+
+def _class_tables(runs: list[dict], arms: list[int], seeds: list[int], by: dict) -> list[str]:
+    """Per difficulty class (the mixed task): accuracy after the budget and its difference to arms 1 and 3, paired
+    by seed; then the zero-variance share of the groups GRPO (arm 1) generated, over its run."""
+    classes = [c for c in CLASSES if all(c in r["curve"][-1].get("accuracy_by_class", {}) for r in runs)]
+    if not classes:
+        return []
+    lines = [
+        "",
+        "**After the budget, per class** (held-out sampled accuracy in %; differences in points, paired by seed, "
+        "95% t-interval)",
+        "",
+        "| arm | " + " | ".join(f"{c}: before | {c}: after | {c}: - arm 1 | {c}: - arm 3" for c in classes) + " |",
+        "|---|" + "---:|---:|---|---|" * len(classes),
+    ]
+    for arm in arms:
+        cells = []
+        for kind in classes:
+            mine = {s: _class_after(by[arm, s], kind) for s in seeds if (arm, s) in by}
+            before = [by[arm, s]["curve"][0]["accuracy_by_class"][kind]["sampled"] for s in mine]
+            cells += [_points(before), _points(list(mine.values()))]
+            for reference in (1, 3):
+                diffs = [
+                    mine[s] - _class_after(by[reference, s], kind)
+                    for s in mine
+                    if (reference, s) in by and arm != reference
+                ]
+                cells.append(_diff_cell(diffs))
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    grpo = [by[1, s] for s in seeds if (1, s) in by and by[1, s].get("zero_variance_curve")]
+    if grpo:
+        curves = [r["zero_variance_curve"] for r in grpo]
+        length = min(len(c) for c in curves)
+        lines += [
+            "",
+            "**Zero-variance share of GRPO's groups** (arm 1, mean over seeds; each column a tenth of the run)",
+            "",
+            "| up to step | " + " | ".join(str(curves[0][i][0]) for i in range(length)) + " |",
+            "|---|" + "---:|" * length,
+            "| zero-variance groups | "
+            + " | ".join(f"{statistics.fmean(c[i][1] for c in curves):.0%}" for i in range(length))
+            + " |",
+        ]
+    return lines
+
+
 def plot(results: dict, path: Path) -> None:
     """Held-out sampled accuracy against completions generated, optimizer steps and training seconds: per arm the
     mean over seeds and a band from the lowest to the highest seed."""
@@ -675,7 +750,8 @@ def plot(results: dict, path: Path) -> None:
     axes[0].legend(fontsize=8, loc="lower right")
     seeds = len({r["seed"] for r in runs})
     fig.suptitle(
-        f"Equal-compute ablation on the demo's task: mean of {seeds} seed(s), band from lowest to highest seed",
+        f"Equal-compute ablation on the {results['plan'].get('task', 'demo')} task: mean of {seeds} seed(s), band from "
+        "lowest to highest seed",
         fontsize=11,
     )
     fig.tight_layout()
@@ -697,13 +773,26 @@ class Options:
     eval_every: int | None = None
     jobs: int = 1
     smoke: bool = False
+    task: str = "demo"
 
 
 def parse(argv: list[str] | None) -> Options:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     arms = ", ".join(f"{a.number} {a.name}" for a in ARMS.values())
     parser.add_argument("--output", type=Path, required=True, help="results.json, results.md, ablation.png, runs")
-    parser.add_argument("--arms", type=int, nargs="+", choices=sorted(ARMS), default=None, help=f"default all: {arms}")
+    parser.add_argument(
+        "--arms",
+        nargs="+",
+        default=None,
+        help=f"arm numbers, or 'selection' for {' '.join(map(str, SELECTION_ARMS))} (default all): {arms}",
+    )
+    parser.add_argument(
+        "--task",
+        choices=TASKS,
+        default="demo",
+        help="demo: the demo's additions; mixed: easy / medium / hard classes, most groups all right or all wrong "
+        "(benchmarks/ablation_tasks.py)",
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=None, help="default 0 1 2 3 4")
     parser.add_argument(
         "--budget",
@@ -724,7 +813,16 @@ def parse(argv: list[str] | None) -> Options:
         "held-out problem (explicit flags win)",
     )
     ns = parser.parse_args(argv)
-    options = Options(output=ns.output, jobs=ns.jobs, smoke=ns.smoke)
+    options = Options(output=ns.output, jobs=ns.jobs, smoke=ns.smoke, task=ns.task)
+    if ns.arms is not None:
+        try:
+            ns.arms = sorted({a for word in ns.arms for a in (SELECTION_ARMS if word == "selection" else [int(word)])})
+        except ValueError:
+            parser.error(f"--arms takes arm numbers ({', '.join(map(str, sorted(ARMS)))}) or 'selection'")
+        if set(ns.arms) - set(ARMS):
+            parser.error(
+                f"no arm {sorted(set(ns.arms) - set(ARMS))}; the arms are {', '.join(map(str, sorted(ARMS)))}"
+            )
     if ns.smoke:
         options.arms, options.seeds = list(SMOKE["arms"]), list(SMOKE["seeds"])
         options.budget, options.eval_every = SMOKE["budget"], SMOKE["eval_every"]
@@ -749,6 +847,7 @@ def main(argv: list[str] | None = None) -> int:
         budget=budget,
         eval_every=options.eval_every or max(budget // 10, 1),
         smoke=options.smoke,
+        task=options.task,
     )
     started = time.perf_counter()
     try:

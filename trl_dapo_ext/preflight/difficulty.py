@@ -27,6 +27,7 @@ from typing import Any
 
 from trl_dapo_ext.dynamic_sampling.planner import RefillPlanner
 from trl_dapo_ext.dynamic_sampling.profile_table import PromptStats, read_table, seed_history, write_table
+from trl_dapo_ext.preflight.recommend import recommend_mode
 
 __all__ = [
     "PromptStats",
@@ -165,6 +166,15 @@ def summarize(stats: Sequence[PromptStats], group_size: int, batch_groups: int =
         "truncated_share": round(sum(s.truncated * s.samples for s in stats) / completions, 4),
     }
     summary.update(planner_cost(retention, len(stats), group_size, batch_groups))
+    choice = recommend_mode([s.pass_rate for s in stats], group_size, binary=summary["binary_reward"])
+    summary["recommendation"] = {
+        "mode": choice.mode,
+        "config": choice.config,
+        "reason": choice.reason,
+        "completions_per_informative_group": {
+            name: round(cost, 2) if math.isfinite(cost) else None for name, cost in choice.costs.items()
+        },
+    }
     return summary
 
 

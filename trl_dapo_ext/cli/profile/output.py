@@ -53,7 +53,24 @@ def format_summary(summary: dict[str, Any], out: Path, stats) -> str:
         f"completion length: mean {summary['mean_completion_length']:.1f} tokens, "
         f"{summary['truncated_share']:.1%} truncated at {summary['max_completion_length']}; "
         f"prompt length: mean {summary['mean_prompt_length']:.1f}",
+        *_recommendation_lines(summary.get("recommendation")),
         f"wrote {out / 'prompts.jsonl'} and {out / 'summary.json'}"
         + (f" and {out / 'filtered.jsonl'} ({summary['kept_prompts']} prompts)" if "kept_prompts" in summary else ""),
     ]
     return "\n".join(lines)
+
+
+def _recommendation_lines(choice: dict[str, Any] | None) -> list[str]:
+    """The recommended selection mode, its config fields and why (see trl_dapo_ext/preflight/recommend.py)."""
+    if not choice:
+        return []
+    fields = ", ".join(f"{key}={value!r}" for key, value in choice["config"].items())
+    costs = ", ".join(
+        f"{name} {cost:.1f}" if cost is not None else f"{name} -"
+        for name, cost in choice["completions_per_informative_group"].items()
+    )
+    return [
+        f"recommended: {choice['mode']} ({fields})",
+        f"  why: {choice['reason']}",
+        f"  expected completions per informative group: {costs}",
+    ]
