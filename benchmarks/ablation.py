@@ -22,6 +22,8 @@ holds; ``DIR/results.md`` and ``DIR/ablation.png`` summarise them.
     PYTHONPATH=. python benchmarks/ablation.py --output runs/ablation              # 5 seeds x 6 arms
     PYTHONPATH=. python benchmarks/ablation.py --output runs/ablation --jobs 2     # two runs at once, 1 thread each
     PYTHONPATH=. python benchmarks/ablation.py --output /tmp/ablation-smoke --smoke  # 2 arms x 1 seed, minutes
+    PYTHONPATH=. python benchmarks/ablation.py --task mixed --arms selection --output runs/mixed  # issue: the mix
+    PYTHONPATH=. python benchmarks/ablation.py --merge runs/all runs/a runs/b    # runs made apart (e.g. per kernel path)
 """
 
 from __future__ import annotations
@@ -838,7 +840,43 @@ def parse(argv: list[str] | None) -> Options:
     return options
 
 
+def merge(output: Path, sources: Sequence[Path]) -> dict:
+    """One results file from ablations of the same plan run apart (e.g. one kernel path each): their runs together.
+
+    Refuses sources of another plan, and a run (arm, seed) found twice.
+    """
+    merged: dict | None = None
+    for source in sources:
+        results = json.loads((source / RESULTS).read_text())
+        if merged is None:
+            merged = {**results, "runs": list(results["runs"]), "merged_from": [str(source)]}
+            continue
+        if results["plan"] != merged["plan"]:
+            raise SystemExit(f"{source / RESULTS} was made with another plan than {sources[0] / RESULTS}")
+        seen = {(r["arm"], r["seed"]) for r in merged["runs"]}
+        twice = sorted((r["arm"], r["seed"]) for r in results["runs"] if (r["arm"], r["seed"]) in seen)
+        if twice:
+            raise SystemExit(f"{source / RESULTS} repeats runs (arm, seed) {twice}")
+        merged["runs"] += results["runs"]
+        merged["merged_from"].append(str(source))
+    if merged is None:
+        raise SystemExit("--merge needs at least one results folder")
+    merged["runs"].sort(key=lambda r: (r["seed"], r["arm"]))
+    output.mkdir(parents=True, exist_ok=True)
+    _write_json(output / RESULTS, merged)
+    return merged
+
+
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if "--merge" in argv:  # --merge OUTPUT SOURCE...: tables and plot of the merged runs, nothing trained
+        output, *sources = (Path(a) for a in argv[argv.index("--merge") + 1 :])
+        results = merge(output, sources)
+        (output / TABLE).write_text(summary_table(results))
+        plot(results, output / PLOT)
+        print(summary_table(results))
+        return 0
     options = parse(argv)
     settings = demo_settings(options.smoke)
     budget = options.budget or default_budget(settings)

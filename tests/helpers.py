@@ -13,7 +13,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def load_benchmark(name: str) -> ModuleType:
-    """``benchmarks/<name>.py`` as a module (benchmarks/ is not a package; registered first, as dataclasses need)."""
+    """``benchmarks/<name>.py`` as a module (benchmarks/ is not a package; registered first, as dataclasses need).
+    benchmarks/ goes on ``sys.path``, as for a script run from it, so that a benchmark can import its neighbours."""
+    if str(ROOT / "benchmarks") not in sys.path:
+        sys.path.append(str(ROOT / "benchmarks"))
     spec = importlib.util.spec_from_file_location(f"benchmark_{name}", ROOT / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module

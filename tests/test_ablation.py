@@ -32,6 +32,46 @@ def test_arms_are_cumulative_config_changes_as_in_the_dapo_table():
     assert _changed(arms[4], arms[5]) == {"advantage_estimator", "scale_rewards"}
     assert arms[5]["advantage_estimator"] == "loo" and arms[5]["scale_rewards"] == "none"
     assert _changed(arms[4], arms[6]) == {"dynamic_sampling_skip_window"}
+    # the selection arms: each one switch on top of DAPO (arm 4)
+    assert _changed(arms[4], arms[7]) == {"dynamic_sampling_fixed_budget"}
+    assert _changed(arms[4], arms[8]) == {"dynamic_sampling_screen_generations"}
+    assert _changed(arms[4], arms[9]) == {"dynamic_sampling_screen_generations", "dynamic_sampling_fixed_budget"}
+    assert ablation.SELECTION_ARMS == [1, 3, 4, 6, 7, 8, 9]
+
+
+def test_the_mixed_task_is_stratified_and_keeps_held_out_problems_out_of_training():
+    from ablation_tasks import CLASSES, HELD_OUT_PER_CLASS, RL_PROMPTS, task_splits
+
+    from trl_dapo_ext.cli.demo import DemoSettings
+
+    splits = task_splits("mixed", DemoSettings(seed=3))
+    assert splits.classes == CLASSES
+    assert all(sum(r["class"] == c for r in splits.held_out) == HELD_OUT_PER_CLASS for c in CLASSES)
+    assert {c: sum(r["class"] == c for r in splits.rl_rows) for c in CLASSES} == RL_PROMPTS
+    held_out = {r["prompt"] for r in splits.held_out}
+    sft = {r["prompt"] for r in splits.sft_rows}
+    assert not held_out & sft and not held_out & {r["prompt"] for r in splits.rl_rows}
+    for row in splits.rl_rows:  # easy RL prompts were warm-start problems; the others were never trained on
+        assert (row["prompt"] in sft) == (row["class"] == "easy")
+    for row in splits.held_out + splits.rl_rows:
+        a, b = (int(x) for x in row["prompt"].rstrip("=").split("+"))
+        assert row["answer"] == str(a + b)
+        carry = a % 10 + b % 10 >= 10 or a // 10 + b // 10 >= 10
+        assert {"easy": a < 100 and not carry, "medium": a < 100 and carry, "hard": a >= 100}[row["class"]]
+    assert task_splits("mixed", DemoSettings(seed=3)) == splits  # seeded
+    demo = task_splits("demo", DemoSettings(seed=3))
+    assert demo.classes == ("all",) and len(demo.held_out) == 500
+
+
+def test_merging_runs_made_apart(tmp_path):
+    plan = {"budget": 10}
+    for name, runs in (("a", [{"arm": 1, "seed": 0}]), ("b", [{"arm": 1, "seed": 1}]), ("c", [{"arm": 1, "seed": 0}])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps({"plan": plan, "runs": runs}))
+    merged = ablation.merge(tmp_path / "all", [tmp_path / "b", tmp_path / "a"])
+    assert [(r["arm"], r["seed"]) for r in merged["runs"]] == [(1, 0), (1, 1)]
+    with pytest.raises(SystemExit, match="repeats"):
+        ablation.merge(tmp_path / "all", [tmp_path / "a", tmp_path / "c"])
 
 
 def test_every_arm_is_a_valid_config_of_the_demo_recipe(tmp_path):
@@ -72,14 +112,16 @@ def test_results_of_other_settings_are_never_mixed(tmp_path):
 RECORD_KEYS = {
     "arm", "arm_name", "seed", "budget", "completions", "completions_before_last_step", "completions_logged",
     "optimizer_steps", "wall_s", "cpu_s", "eval_s", "threads", "jobs", "machine", "accuracy_before",
-    "accuracy_after", "curve", "config", "truncated_frac",
+    "accuracy_after", "curve", "config", "truncated_frac", "zero_variance_curve", "task",
 }  # fmt: skip
-POINT_KEYS = {"completions", "steps", "wall_s", "cpu_s", "accuracy"}
+POINT_KEYS = {"completions", "steps", "wall_s", "cpu_s", "accuracy", "accuracy_by_class"}
+SMOKE_ARGS = ["--task", "mixed", "--arms", "1", "4", "9"]  # GRPO, DAPO refill, screening at GRPO's budget
 
 
 def _smoke(output: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, str(ROOT / "benchmarks" / "ablation.py"), "--smoke", "--output", str(output)]
+    script = str(ROOT / "benchmarks" / "ablation.py")
+    command = [sys.executable, script, "--smoke", *SMOKE_ARGS, "--output", str(output)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result
@@ -87,13 +129,13 @@ def _smoke(output: Path) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_smoke_run_gives_equal_budgets_every_record_and_resumes(tmp_path):
-    """Two arms (GRPO and DAPO) x one seed x 2,048 completions, then the same command again: about 2 minutes."""
+    """The mixed task, three arms x one seed x 2,048 completions, then the same command again: about 2 minutes."""
     first = _smoke(tmp_path)
     results = json.loads((tmp_path / "results.json").read_text())
     runs = {r["arm"]: r for r in results["runs"]}
     budget = results["plan"]["budget"]
     per_step = results["plan"]["demo"]["prompts_per_step"] * results["plan"]["demo"]["num_generations"]
-    assert sorted(runs) == [1, 4] and {r["seed"] for r in runs.values()} == {0}
+    assert sorted(runs) == [1, 4, 9] and {r["seed"] for r in runs.values()} == {0}
     for record in runs.values():
         assert RECORD_KEYS <= set(record), RECORD_KEYS - set(record)
         assert record["budget"] == budget and record["threads"] == 1
@@ -109,18 +151,27 @@ def test_smoke_run_gives_equal_budgets_every_record_and_resumes(tmp_path):
             assert [p[axis] for p in curve] == sorted(p[axis] for p in curve)
         for point in curve:
             assert 0.0 <= point["accuracy"]["sampled"] <= 1.0
+            by_class = point["accuracy_by_class"]  # the overall accuracy is the mean of the three classes
+            assert set(by_class) == {"easy", "medium", "hard"}
+            assert point["accuracy"]["sampled"] == pytest.approx(sum(c["sampled"] for c in by_class.values()) / 3)
+        assert record["task"] == "mixed" and record["zero_variance_curve"]
     # Without dynamic sampling every step generates one batch; with it, the trainer's own count agrees and the
     # budget buys fewer optimizer steps.
     assert runs[1]["completions"] == budget and runs[1]["optimizer_steps"] == budget // per_step
     assert runs[4]["completions_logged"] == runs[4]["completions"]
     assert runs[4]["optimizer_steps"] < runs[1]["optimizer_steps"]
+    # At GRPO's budget a step generates at most a plain step's completions: never fewer steps than GRPO.
+    assert runs[9]["completions_logged"] == runs[9]["completions"]
+    assert runs[9]["optimizer_steps"] >= runs[1]["optimizer_steps"]
+    assert all(0.0 <= share <= 1.0 for _, share in runs[1]["zero_variance_curve"])
     assert runs[1]["accuracy_before"] == runs[4]["accuracy_before"]  # one warm start per seed
     assert (tmp_path / "warm" / "seed0" / "model.safetensors").is_file()
     table = (tmp_path / "results.md").read_text()
     assert "After the budget" in table and "At equal optimizer steps" in table and "At equal wall time" in table
+    assert "per class" in table and "Zero-variance share of GRPO's groups" in table
     assert (tmp_path / "ablation.png").stat().st_size > 20_000
-    assert "2 runs to do, 0 already" in first.stdout
+    assert "3 runs to do, 0 already" in first.stdout
 
     again = _smoke(tmp_path)  # resumable: the finished runs are skipped, nothing is rerun
-    assert "0 runs to do, 2 already" in again.stdout
+    assert "0 runs to do, 3 already" in again.stdout
     assert json.loads((tmp_path / "results.json").read_text())["runs"] == results["runs"]
