@@ -1,17 +1,22 @@
-"""Does DAPO pay for its rollouts? The demo's task, six cumulative arms, equal generation budgets, several seeds.
+"""Does DAPO pay for its rollouts? Two tasks, DAPO's cumulative arms and every way of choosing groups, equal budgets.
 
 DAPO's Table 1 (Yu et al. 2025) adds its components to GRPO one at a time and compares them at equal optimizer steps;
 dynamic sampling, its largest gain (+8 points AIME 2024), generates more completions per step than the others. This
-benchmark compares the arms at an equal number of generated completions instead, on `trl-dapo demo`'s task (two-digit
-addition, a tiny Qwen2 model, the same data, warm start and paired held-out evaluation), and also records accuracy
-at equal optimizer steps and at equal wall time. Arms, each a config change only:
+benchmark compares the arms at an equal number of generated completions instead, with the demo's model, warm start
+and paired held-out evaluation, on one of two tasks (`ablation_tasks.py`): ``demo``, `trl-dapo demo`'s two-digit
+additions, where most groups have mixed rewards, and ``mixed``, easy / medium / hard classes where most of GRPO's
+groups are all right or all wrong, as in math RL (accuracy per class as well). It also records accuracy at equal
+wall and CPU time. Arms, each a config change only:
 
 1. GRPO as TRL documents it: ``loss_type="grpo"``, symmetric clip (0.2), ``scale_rewards="group"``;
 2. + clip-higher: ``epsilon_high=0.28``;
 3. + token-level loss: ``loss_type="dapo"``;
 4. + dynamic sampling (the adaptive planner at its defaults) = DAPO;
 5. DAPO + the leave-one-out baseline without scaling (``advantage_estimator="loo"``, ``scale_rewards="none"``);
-6. DAPO + prompt-history skipping (``dynamic_sampling_skip_window=1``).
+6. DAPO + prompt-history skipping (``dynamic_sampling_skip_window=1``);
+7. GRPO's groups with the zero-variance ones masked, no refill (``dynamic_sampling_fixed_budget=True``);
+8. screening, k=4 probes, with refill (``dynamic_sampling_screen_generations=4``);
+9. screening, k=4, within GRPO's per-step budget (both).
 
 Every run of a seed starts from the same warm-started policy (trained once per seed, saved in ``DIR/warm/``), trains
 until it has generated ``--budget`` completions (default: what arm 1 generates in the demo's RL phase, 500 steps x 16
@@ -19,10 +24,10 @@ prompts x 8 = 64,000) and is evaluated every ``--eval-every`` completions on the
 random numbers. ``DIR/results.json`` keeps one record per run, and a rerun of the same command skips the runs it
 holds; ``DIR/results.md`` and ``DIR/ablation.png`` summarise them.
 
-    PYTHONPATH=. python benchmarks/ablation.py --output runs/ablation              # 5 seeds x 6 arms
+    PYTHONPATH=. python benchmarks/ablation.py --output runs/ablation              # 5 seeds x 9 arms
     PYTHONPATH=. python benchmarks/ablation.py --output runs/ablation --jobs 2     # two runs at once, 1 thread each
     PYTHONPATH=. python benchmarks/ablation.py --output /tmp/ablation-smoke --smoke  # 2 arms x 1 seed, minutes
-    PYTHONPATH=. python benchmarks/ablation.py --task mixed --arms selection --output runs/mixed  # issue: the mix
+    PYTHONPATH=. python benchmarks/ablation.py --task mixed --arms selection --output runs/mixed  # arms 1 3 4 6-9
     PYTHONPATH=. python benchmarks/ablation.py --merge runs/all runs/a runs/b    # runs made apart (e.g. per kernel path)
 """
 
@@ -578,7 +583,7 @@ def _diff_cell(diffs: list[float]) -> str:
 
 
 def summary_table(results: dict) -> str:
-    """The markdown report: after the budget, at equal optimizer steps, at equal wall time, and what the runs did."""
+    """The markdown report: after the budget (overall and per class), at equal wall and CPU time, what the runs did."""
     runs, plan = results["runs"], results["plan"]
     arms = sorted({r["arm"] for r in runs})
     seeds = sorted({r["seed"] for r in runs})
@@ -619,11 +624,10 @@ def summary_table(results: dict) -> str:
     lines += _class_tables(runs, arms, seeds, by)
     # Wall time is what a user waits for; on a shared machine, other processes' load slows runs unequally, and the
     # process's own CPU time is the steadier measure of the same cost.
-    for axis, title, unit in (
-        ("steps", "At equal optimizer steps", "steps"),
-        ("wall_s", "At equal wall time", "training s"),
-        ("cpu_s", "At equal CPU time", "CPU s"),
-    ):
+    # No table at equal optimizer steps: every arm's lr schedule runs on completions generated, so at a given step a
+    # refill arm (more completions per step) is further into its decay than GRPO, and the comparison would mix the
+    # schedule into it. Arms at GRPO's budget (7, 9) take GRPO's steps anyway.
+    for axis, title, unit in (("cpu_s", "At equal CPU time", "CPU s"),):
         # Per seed, the point every run of the seed reached: the fewest steps (or seconds) of any of its runs.
         reference = {
             s: min(by[a, s]["curve"][-1][axis] for a in arms if (a, s) in by)
@@ -650,9 +654,9 @@ def summary_table(results: dict) -> str:
         "",
         "**What the runs did** (means over runs and steps)",
         "",
-        "| arm | rounds per step | retention | mixed groups (attempted) | filled groups | skipped prompts "
-        "| truncated completions | CPU s |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| arm | completions per informative group | rounds per step | retention | mixed groups (attempted) "
+        "| filled groups | skipped prompts | truncated completions | CPU s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for arm in arms:
         mine = [by[arm, s] for s in seeds if (arm, s) in by]
@@ -661,8 +665,10 @@ def summary_table(results: dict) -> str:
             values = [r[key] for r in mine if r.get(key) is not None]
             return format(statistics.fmean(values), fmt) if values else "-"
 
+        per_group = [r["completions"] / r["informative_groups"] for r in mine if r.get("informative_groups")]
+        per_group_cell = f"{statistics.fmean(per_group):.1f}" if per_group else "-"
         lines.append(
-            f"| {arm} | {avg('rounds_per_step', '.2f')} | {avg('retention_rate', '.2f')} "
+            f"| {arm} | {per_group_cell} | {avg('rounds_per_step', '.2f')} | {avg('retention_rate', '.2f')} "
             f"| {avg('frac_mixed_attempted', '.2f')} | {avg('filled_groups', '.0f')} | {avg('skipped_prompts', '.0f')} "
             f"| {avg('truncated_frac', '.2%')} | {avg('cpu_s', '.0f')} |"
         )
@@ -840,6 +846,33 @@ def parse(argv: list[str] | None) -> Options:
     return options
 
 
+def informative_groups(run_dir: Path, groups_per_step: int) -> int | None:
+    """Informative groups a run generated (mixed rewards: the only groups with a gradient), from its logged steps.
+
+    With dynamic sampling, the groups it found informative (retained or surplus); without, the mixed share of each
+    step's groups (diagnostics' ``groups/frac_mixed``, the same rule for a right/wrong reward). None without a log.
+    """
+    path = run_dir / "trainer_state.json"
+    if not path.exists():
+        return None
+    steps = [h for h in json.loads(path.read_text())["log_history"] if "loss" in h]
+    if steps and "dynamic_sampling/retained_groups" in steps[0]:
+        found = ("dynamic_sampling/retained_groups", "dynamic_sampling/discarded_surplus_groups")
+        return round(sum(h[key] for h in steps for key in found))
+    return round(
+        sum(h["groups/frac_mixed"] * groups_per_step for h in steps if h.get("groups/frac_mixed") is not None)
+    )
+
+
+def attach_informative_groups(results: dict, folder: Path) -> None:
+    """Adds ``informative_groups`` to each run of ``results`` whose log is in ``folder/runs``."""
+    groups = results["plan"]["demo"]["prompts_per_step"]
+    for run in results["runs"]:
+        found = informative_groups(folder / "runs" / f"arm{run['arm']}-seed{run['seed']}", groups)
+        if found is not None:
+            run["informative_groups"] = found
+
+
 def merge(output: Path, sources: Sequence[Path]) -> dict:
     """One results file from ablations of the same plan run apart (e.g. one kernel path each): their runs together.
 
@@ -848,6 +881,7 @@ def merge(output: Path, sources: Sequence[Path]) -> dict:
     merged: dict | None = None
     for source in sources:
         results = json.loads((source / RESULTS).read_text())
+        attach_informative_groups(results, source)
         if merged is None:
             merged = {**results, "runs": list(results["runs"]), "merged_from": [str(source)]}
             continue
@@ -893,6 +927,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     if results["runs"]:
+        attach_informative_groups(results, options.output)
         table = summary_table(results)
         (options.output / TABLE).write_text(table)
         plot(results, options.output / PLOT)

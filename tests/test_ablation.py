@@ -167,7 +167,8 @@ def test_smoke_run_gives_equal_budgets_every_record_and_resumes(tmp_path):
     assert runs[1]["accuracy_before"] == runs[4]["accuracy_before"]  # one warm start per seed
     assert (tmp_path / "warm" / "seed0" / "model.safetensors").is_file()
     table = (tmp_path / "results.md").read_text()
-    assert "After the budget" in table and "At equal optimizer steps" in table and "At equal wall time" in table
+    assert "After the budget" in table and "At equal wall time" in table
+    assert "At equal optimizer steps" not in table  # the lr schedule runs on completions: not a fair comparison
     assert "per class" in table and "Zero-variance share of GRPO's groups" in table
     assert (tmp_path / "ablation.png").stat().st_size > 20_000
     assert "3 runs to do, 0 already" in first.stdout
