@@ -179,12 +179,16 @@ class BatchCollector:
         """The main process's plan, on every process. Each process plans from the same gathered counts, but the
         planner's floating-point sums (and FFTs) may round differently on different CPU types, and at a near-tie
         that could pick different round sizes: the processes would then run mismatched collectives."""
+        groups, stop = self._main_process_ints([plan.groups, ROUND_STOPS.index(plan.stop)])
+        return RoundPlan(groups=groups, stop=ROUND_STOPS[stop])
+
+    def _main_process_ints(self, values: list[int]) -> list[int]:
+        """The main process's ``values`` (a decision every process must take alike), on every process."""
         accelerator = self.trainer.accelerator
         if accelerator.num_processes == 1:
-            return plan
-        encoded = torch.tensor([plan.groups, ROUND_STOPS.index(plan.stop)], device=accelerator.device)
-        groups, stop = broadcast(encoded, from_process=0).tolist()
-        return RoundPlan(groups=int(groups), stop=ROUND_STOPS[int(stop)])
+            return [int(value) for value in values]
+        encoded = torch.tensor([int(value) for value in values], device=accelerator.device)
+        return [int(value) for value in broadcast(encoded, from_process=0).tolist()]
 
     def _gathered(self, values: list[int]) -> list[int]:
         accelerator = self.trainer.accelerator
@@ -284,15 +288,26 @@ class BatchCollector:
 
     def _finish(self) -> dict[str, torch.Tensor | Any]:
         """Complete the batch with fill groups if allowed (or raise), assemble it and log the step's metrics."""
+        return self._complete_batch([[part] for _, part in self.fill_candidates])
+
+    def _missing_groups(self) -> int:
+        """Groups this process's batch still lacks."""
+        return self.target - sum(len(part.origin) for part in self.kept) // self.num_generations
+
+    def _complete_batch(self, fill_groups: list[list[SelectedGroups]], expected: bool = False) -> dict[str, Any]:
+        """The kept groups and, for what they leave free, the first ``fill_groups`` (each a group's parts), masked.
+        A batch short of informative groups goes through ``dynamic_sampling_on_exhausted`` unless that is
+        ``expected`` (a fixed budget trains on what it found)."""
         target = self.target
         retained_per_process = [min(kept, target) for kept in self.kept_per_process]
-        missing = target - sum(len(part.origin) for part in self.kept) // self.num_generations
-        if min(retained_per_process) < target:
+        missing = self._missing_groups()
+        if min(retained_per_process) < target and not expected:
             self._exhausted(retained_per_process)
-        fillers = [part for _, part in self.fill_candidates[: max(missing, 0)]]
-        if len(fillers) < missing:  # cannot happen: every attempted group is either kept or a candidate
+        fillers = fill_groups[: max(missing, 0)]
+        if len(fillers) < missing:  # cannot happen: every attempted group is either kept or a fill candidate
             raise RuntimeError(f"dynamic sampling lost track of groups: {missing} missing, {len(fillers)} fillers")
-        return self._assemble(self.kept + fillers, len(fillers), retained_per_process)
+        parts = self.kept + [part for group in fillers for part in group]
+        return self._assemble(parts, len(fillers), retained_per_process)
 
     def _assemble(
         self, parts: list[SelectedGroups], filled: int, retained_per_process: list[int]

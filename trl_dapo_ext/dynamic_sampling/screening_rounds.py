@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
-from accelerate.utils import broadcast, gather_object
+from accelerate.utils import gather_object
 
 from ..core.groups import GroupOutcome
 from ..metric_names import N
@@ -125,11 +125,8 @@ class ScreeningCollector(BatchCollector):
                 max_probes=int(args.dynamic_sampling_max_oversample * self.target),
             )
             stop = not any(counts) and not any(pending)
-        accelerator = self.trainer.accelerator
-        if accelerator.num_processes > 1:  # the main process's decision (see BatchCollector._main_process_plan)
-            encoded = torch.tensor([int(stop), *counts], device=accelerator.device)
-            stop, *counts = broadcast(encoded, from_process=0).tolist()
-        return None if stop else [int(count) for count in counts]
+        stop, *counts = self._main_process_ints([int(stop), *counts])  # see BatchCollector._main_process_plan
+        return None if stop else counts
 
     def _plan_first_round(self, own_global: list[int]) -> int:
         """Extra probes (per process) round 1 adds to the batch's own prompts."""
@@ -179,7 +176,7 @@ class ScreeningCollector(BatchCollector):
         return row
 
     def _kept_groups(self) -> int:
-        return sum(len(part.origin) for part in self.kept) // self.num_generations
+        return self.target - self._missing_groups()
 
     def _gathered_columns(self, *values: int) -> tuple[list[int], ...]:
         """Every process's ``values``, one list per value (in process order)."""
@@ -369,20 +366,12 @@ class ScreeningCollector(BatchCollector):
     def _finish(self) -> dict[str, torch.Tensor | Any]:
         """Mask fill groups into what the informative groups leave free (a fixed budget expects to; otherwise as
         ``dynamic_sampling_on_exhausted`` says), assemble the batch and log the step."""
-        retained_per_process = [min(kept, self.target) for kept in self.kept_per_process]
-        missing = self.target - self._kept_groups()
-        if min(retained_per_process) < self.target and not self.fixed_budget:
-            self._exhausted(retained_per_process)
-        fillers = self.fill_pool[: max(missing, 0)]
-        if len(fillers) < missing:  # cannot happen: every prompt is kept, completed or dropped
-            raise RuntimeError(f"dynamic sampling lost track of groups: {missing} missing, {len(fillers)} fillers")
         if self.trainer.args.diagnostics and not self.attempted_rewards:  # no group was completed this step
+            fillers = self.fill_pool[: max(self._missing_groups(), 0)]
             self.attempted_rewards.append(
                 self.trainer.accelerator.gather(torch.cat([p.rewards_per_func for p in self.kept + sum(fillers, [])]))
             )
-        return self._assemble(
-            self.kept + [part for group in fillers for part in group], len(fillers), retained_per_process
-        )
+        return self._complete_batch(self.fill_pool, expected=self.fixed_budget)
 
     def _generated_completions(self) -> int:
         return self.generated_rows
