@@ -601,26 +601,32 @@ def summary_table(results: dict) -> str:
         f"{plan['threads']} torch thread per "
         f"run, {'/'.join(map(str, jobs))} run(s) at a time; torch {m['torch']}, TRL {m['trl']}, transformers "
         f"{m['transformers']}.",
-        "Accuracies are held-out sampled accuracy in %; differences are to arm 1 in points, paired by seed, with a "
-        "95% t-interval over seeds.",
+        "Accuracies are held-out sampled accuracy in %; differences are to arm 1 (GRPO) and to arm 3 (GRPO with "
+        "DAPO's loss, the base of the selection arms) in points, paired by seed, with a 95% t-interval over seeds.",
         "",
         "**After the budget**",
         "",
         "| arm | runs | optimizer steps | completions | training s | before | after: mean | sd | min - max "
-        "| after - arm 1 |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| after - arm 1 | after - arm 3 |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for arm in arms:
         mine = [by[arm, s] for s in seeds if (arm, s) in by]
         after = [r["accuracy_after"]["sampled"] for r in mine]
-        paired = [s for s in seeds if arm != 1 and (1, s) in by and (arm, s) in by]
-        diffs = [by[arm, s]["accuracy_after"]["sampled"] - by[1, s]["accuracy_after"]["sampled"] for s in paired]
+        diffs, diffs_3 = (
+            [
+                by[arm, s]["accuracy_after"]["sampled"] - by[reference, s]["accuracy_after"]["sampled"]
+                for s in seeds
+                if arm != reference and (reference, s) in by and (arm, s) in by
+            ]
+            for reference in (1, 3)
+        )
         sd = f"{statistics.stdev(after) * 100:.1f}" if len(after) > 1 else ""
         lines.append(
             f"| {arm} {mine[0]['arm_name']} | {len(mine)} | {statistics.fmean(r['optimizer_steps'] for r in mine):.0f} "
             f"| {statistics.fmean(r['completions'] for r in mine):,.0f} | {statistics.fmean(r['wall_s'] for r in mine):.0f} "
             f"| {_points([r['accuracy_before']['sampled'] for r in mine])} | {_points(after)} | {sd} "
-            f"| {min(after) * 100:.1f} - {max(after) * 100:.1f} | {_diff_cell(diffs)} |"
+            f"| {min(after) * 100:.1f} - {max(after) * 100:.1f} | {_diff_cell(diffs)} | {_diff_cell(diffs_3)} |"
         )
     lines += _class_tables(runs, arms, seeds, by)
     # Wall time is what a user waits for; on a shared machine, other processes' load slows runs unequally, and the

@@ -69,3 +69,31 @@ def test_one_size_for_the_t4():
     texts = [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "notebooks").glob("*.ipynb")]
     wrong = [str(p.relative_to(ROOT)) for p in texts if re.search(r"T4 \(?15 ?GB\b|\b15 ?GB\)? T4", p.read_text())]
     assert not wrong, f"a 15 GB T4 in {wrong}: it has 16 GB (15 GiB)"
+
+
+def _ablation_cells(table: str, arm: int, column: int) -> str:
+    """The cell of ``arm``'s row in a results.md "After the budget" table (0: the arm's name column)."""
+    row = next(r for r in _table_rows(table, "| arm | runs |") if r[0].split()[0] == str(arm))
+    return row[column].replace(" (n=5)", "")
+
+
+def test_the_ablation_figures_are_the_results_tables():
+    """The README's "Why" tables quote docs/ablation_results/*/results.md (made by benchmarks/ablation.py --merge)."""
+    mixed = (ROOT / "docs" / "ablation_results" / "mixed" / "results.md").read_text()
+    demo = (ROOT / "docs" / "ablation_results" / "demo" / "results.md").read_text()
+    cumulative = (ROOT / "docs" / "ablation.md").read_text()
+    cumulative = cumulative[cumulative.index("## DAPO's cumulative arms") :]
+    why = README[README.index("## Why") : README.index("## Install")]
+    rows = {cells[0]: cells for cells in _table_rows(why, "| way of choosing groups |")}
+    expected = {
+        "screening at GRPO's budget": (_ablation_cells(demo, 9, 9), _ablation_cells(mixed, 9, 9)),
+        "screening with refill": ("not run", _ablation_cells(mixed, 8, 9)),
+        "refill (DAPO)": (_ablation_cells(cumulative, 4, 9), _ablation_cells(mixed, 4, 9)),
+        "zero-variance groups masked, no refill": ("not run", _ablation_cells(mixed, 7, 9)),
+    }
+    for name, (on_demo, on_mixed) in expected.items():
+        row = next(cells for label, cells in rows.items() if label.startswith(name))
+        assert (row[2].strip("*"), row[3].strip("*")) == (on_demo, on_mixed), (name, row)
+    peer = next(cells for label, cells in rows.items() if label.startswith("peer: trl-cgrpo"))
+    assert peer[3] == _ablation_cells(mixed, 10, 9)
+    assert "docs/ablation.md" in why and "docs/choosing.md" in README

@@ -213,7 +213,7 @@ class DynamicSampler:
             >>> args = SimpleNamespace(data_seed=None, seed=0, shuffle_dataset=False, dynamic_sampling_oversample=1.0,
             ...                        dynamic_sampling_skip_window=0, dynamic_sampling_skip_floor=0.0,
             ...                        dynamic_sampling_history_from=None, dynamic_sampling_screen_generations=None,
-            ...                        dynamic_sampling_fixed_budget=False)
+            ...                        dynamic_sampling_fixed_budget=False, dynamic_sampling_retention_decay=0.8)
             >>> [DynamicSampler(args, dataset_size=9, num_generations=2, filter_indices=[0], reward_weights=None,
             ...                 num_processes=2, process_index=rank).draw_each([1, 3], round_index=1) for rank in (0, 1)]
             [[0], [1, 2, 3]]
