@@ -288,3 +288,40 @@ def test_resume_continues_screening_exactly(make_model, tokenizer, tmp_path):
 def test_configuration_errors_say_what_to_change(tmp_path, settings, says):
     with pytest.raises(ValueError, match=says):
         DAPOConfig(**grpo_kwargs(tmp_path, **{"dynamic_sampling": True, **settings}))
+
+
+@pytest.mark.parametrize("budget", [False, True], ids=["fill", "fixed-budget"])
+def test_screening_trains_a_lora_adapter_over_several_micro_batches(make_model, tokenizer, tmp_path, budget):
+    """LoRA, and a generation batch of two micro-batches (gradient_accumulation_steps=2, so steps_per_generation=2):
+    whole groups of one prompt, the adapter alone learns, the base model stays as it was."""
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(make_model(seed=2), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    trainer, _, recorder = build(
+        make_model,
+        tokenizer,
+        tmp_path,
+        kinds_dataset(KINDS, 8),
+        model=model,
+        max_steps=2,
+        learning_rate=1e-2,
+        gradient_accumulation_steps=2,
+        dynamic_sampling_fixed_budget=budget,
+        **SCREEN,
+    )
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    lora = {name for name in before if ".lora_" in name}
+    trainer.train()
+    assert trainer.args.steps_per_generation == 2 and len(recorder.batches) == 2
+    for batch in recorder.batches:
+        assert batch["completion_ids"].shape[0] == 16  # 2 micro-batches of 8 rows: 4 groups of G = 4
+        prompts = tokenizer.batch_decode(batch["prompt_ids"], skip_special_tokens=True)
+        assert all(len(set(prompts[i : i + G])) == 1 for i in range(0, len(prompts), G))
+    after = dict(model.named_parameters())
+    assert [name for name in sorted(lora) if torch.equal(before[name], after[name])] == []
+    assert [name for name in sorted(set(before) - lora) if not torch.equal(before[name], after[name])] == []
+    for h in ds_logs(trainer):
+        assert (
+            h[N.DYNAMIC_SAMPLING_GENERATED_COMPLETIONS]
+            == K * h[N.DYNAMIC_SAMPLING_SCREENED_PROMPTS] + (G - K) * h[N.DYNAMIC_SAMPLING_COMPLETED_PROMPTS]
+        )
