@@ -634,7 +634,10 @@ def summary_table(results: dict) -> str:
     # No table at equal optimizer steps: every arm's lr schedule runs on completions generated, so at a given step a
     # refill arm (more completions per step) is further into its decay than GRPO, and the comparison would mix the
     # schedule into it. Arms at GRPO's budget (7, 9) take GRPO's steps anyway.
-    for axis, title, unit in (("cpu_s", "At equal CPU time", "CPU s"),):
+    for axis, title, unit in (
+        ("wall_s", "At equal wall time", "training s"),
+        ("cpu_s", "At equal CPU time", "CPU s"),
+    ):
         # Per seed, the point every run of the seed reached: the fewest steps (or seconds) of any of its runs.
         reference = {
             s: min(by[a, s]["curve"][-1][axis] for a in arms if (a, s) in by)
@@ -873,8 +876,8 @@ def informative_groups(run_dir: Path, groups_per_step: int) -> int | None:
 
 def attach_informative_groups(results: dict, folder: Path) -> None:
     """Adds ``informative_groups`` to each run of ``results`` whose log is in ``folder/runs``."""
-    groups = results["plan"]["demo"]["prompts_per_step"]
-    for run in results["runs"]:
+    groups = results["plan"].get("demo", {}).get("prompts_per_step")
+    for run in results["runs"] if groups else []:
         found = informative_groups(folder / "runs" / f"arm{run['arm']}-seed{run['seed']}", groups)
         if found is not None:
             run["informative_groups"] = found

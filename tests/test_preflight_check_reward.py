@@ -278,7 +278,9 @@ def test_help_lists_the_three_preflight_commands(capsys):
         cli_main.main(["--help"])
     out = capsys.readouterr().out
     assert "check-reward" in out and "profile" in out and "estimate" in out
-    rows = [line for line in out.splitlines() if line.startswith("  ") and line.split()[0] in cli_main.COMMANDS]
+    commands = out[out.index("\ncommands:") :]  # the command table (argparse may wrap its usage list of names)
+    rows = [line for line in commands.splitlines() if line.startswith("  ") and line.split()[0] in cli_main.COMMANDS]
+    assert len(rows) == len(cli_main.COMMANDS), rows
     starts = {len(line) - len(line.split(maxsplit=1)[1]) for line in rows}
     assert len(starts) == 1, rows  # the descriptions start in one column
     with pytest.raises(SystemExit):
