@@ -1,4 +1,4 @@
-"""A peer arm for the equal-compute ablation (issue 44): ``trl-cgrpo`` 0.2.0, its own published package, at its defaults.
+"""A peer arm for the equal-compute ablation (docs/ablation.md): ``trl-cgrpo`` 0.2.0, its own published package, at its defaults.
 
 C-GRPO (``trl_cgrpo.CGRPOTrainer``, a subclass of TRL's ``GRPOTrainer``) replaces the fixed group size with a
 per-prompt budget chosen by split-conformal prediction: each prompt is sampled along ``budget_grid`` and stops at the
