@@ -206,3 +206,13 @@ def test_the_placeholder_the_policy_learned_to_write_earns_nothing():
     funcs = reward_funcs()
     assert funcs[0](hacked, answer=["5", "5"]) == [0.0, 0.0]  # math_reward: no number, no credit
     assert funcs[1].inner(hacked) == [0.0, 0.0]  # the format bonus must not pay for it either
+
+
+def test_a_rotary_model_with_special_tokens_is_not_taken_for_absolute_positions(run):
+    """SmolLM2 numbers positions by RoPE, so left padding leaves its log-probs as they were (to ~1e-4 in float32), and
+    dynamic sampling may keep round log-probs with it (vLLM's importance sampling, num_iterations > 1, beta > 0). Its
+    first ids are special tokens whose outlying activations moved a probe made of them by ~5e-3, past the float32
+    tolerance: SmolLM2 + LoRA through vLLM was refused."""
+    from trl_dapo_ext.positions import left_padding_moves_logits
+
+    assert not left_padding_moves_logits(run.trainer.model, run.tokenizer.pad_token_id)
