@@ -338,14 +338,7 @@ def train_arm(output: str, arm: int, seed: int, plan: dict, jobs: int) -> dict:
         values = [h[key] for h in logs if key in h]
         return sum(values) if values else None
 
-    before = dict(
-        completions=0,
-        steps=0,
-        wall_s=0.0,
-        cpu_s=0.0,
-        accuracy=warm["accuracy_before"],
-        accuracy_by_class=warm["accuracy_before_by_class"],
-    )
+    before = warm_start_point(warm)
     training_wall, training_cpu = budget.curve[-1]["wall_s"], budget.curve[-1]["cpu_s"]
     return dict(
         arm=arm,
@@ -377,6 +370,18 @@ def train_arm(output: str, arm: int, seed: int, plan: dict, jobs: int) -> dict:
         task=plan_.task,
         final_learning_rate=logs[-1].get("learning_rate") if logs else None,
         sft_steps=warm["sft_steps"],
+    )
+
+
+def warm_start_point(warm: dict) -> dict:
+    """The first point of every run's curve: the seed's warm start, before any RL (``warm.json``'s evaluation)."""
+    return dict(
+        completions=0,
+        steps=0,
+        wall_s=0.0,
+        cpu_s=0.0,
+        accuracy=warm["accuracy_before"],
+        accuracy_by_class=warm["accuracy_before_by_class"],
     )
 
 

@@ -222,7 +222,7 @@ def train_cgrpo(ablation_dir: Path, output: Path, seed: int, plan: dict, budget_
     """One run of the peer arm from the seed's warm start; returns its record in `ablation.train_arm`'s format."""
     import torch
     import trl_cgrpo
-    from ablation import Plan, _budget_callback, machine, warm_dir
+    from ablation import Plan, _budget_callback, machine, warm_dir, warm_start_point
     from ablation_tasks import evaluate_by_class, task_splits
     from datasets import Dataset
     from safetensors.torch import load_model
@@ -312,14 +312,7 @@ def train_cgrpo(ablation_dir: Path, output: Path, seed: int, plan: dict, budget_
         return sum(values) / len(values) if values else None
 
     calibrations = [h for h in trainer.state.log_history if h.get("cgrpo/delta") is not None]
-    before = dict(
-        completions=0,
-        steps=0,
-        wall_s=0.0,
-        cpu_s=0.0,
-        accuracy=warm["accuracy_before"],
-        accuracy_by_class=warm["accuracy_before_by_class"],
-    )
+    before = warm_start_point(warm)
     return dict(
         arm=ARM,
         arm_name=ARM_NAME,
