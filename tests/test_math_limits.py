@@ -118,8 +118,10 @@ def test_no_stray_process_or_zombie_after_timeouts_and_close(fresh_workers):
     reward = make_math_reward(timeout_s=TIMEOUT, workers=2)
     _warm(reward)
     before = set(_pool(reward).worker_pids())
-    out = reward([STUCK, STUCK_SUM, "\\boxed{\\sqrt{9}}"], answer=["x^2=3", "2", "3"])
-    assert out == [0.0, 0.0, 1.0]
+    assert reward([STUCK, STUCK_SUM], answer=["x^2=3", "2"]) == [0.0, 0.0]
+    # The pool still answers, on the replacement workers; with a limit no load reaches (the same pool: its key is the
+    # worker count and memory limit), so that a busy machine cannot turn this right answer into a timeout.
+    assert make_math_reward(timeout_s=HANG_S, workers=2)(["\\boxed{\\sqrt{9}}"], answer=["3"]) == [1.0]
     assert before - set(_pool(reward).worker_pids()), "a worker was killed"
     assert len(_pool(reward).worker_pids()) == 2
     pids = set(_pool(reward).all_pids())  # the two workers and the warm spare
@@ -139,7 +141,9 @@ def test_no_temp_files_left_behind(tmp_path, monkeypatch):
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr(tempfile, "tempdir", None)
     reward = make_math_reward(timeout_s=TIMEOUT, workers=1)
-    assert reward([STUCK, "\\boxed{\\frac{\\sqrt{8}}{2}}"], answer=["x^2=3", "\\sqrt{2}"]) == [0.0, 1.0]
+    assert reward([STUCK], answer=["x^2=3"]) == [0.0]
+    patient = make_math_reward(timeout_s=HANG_S, workers=1)  # the same pool, with a limit no load reaches
+    assert patient(["\\boxed{\\frac{\\sqrt{8}}{2}}"], answer=["\\sqrt{2}"]) == [1.0]
     close_math_workers()
     assert list(tmp_path.iterdir()) == []
 

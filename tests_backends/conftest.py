@@ -95,3 +95,26 @@ def smollm2_dir() -> str:
     from trl_dapo_ext.models import smollm2_path
 
     return str(smollm2_path())
+
+
+@pytest.fixture
+def eager_float32_vllm(monkeypatch):
+    """vLLM engines built in this test run SmolLM2 in float32 without torch.compile.
+
+    What the SmolLM2 tests check (its end-of-turn token, chat template, LoRA merge and weight sync) does not depend on
+    either setting, while on a CPU without bfloat16 instructions vLLM's default costs minutes per engine: it downcasts
+    a float32 checkpoint to bfloat16 (emulated there) and compiles the 30-layer model with torch.compile. The tiny
+    model's tests keep vLLM's defaults, compilation included.
+    """
+    import vllm
+    from trl.generation import vllm_generation
+
+    engine = vllm.LLM
+
+    def llm(*args, **kwargs):
+        if kwargs.get("dtype", "auto") == "auto":
+            kwargs["dtype"] = "float32"
+        return engine(*args, **kwargs, enforce_eager=True)
+
+    monkeypatch.setattr(vllm, "LLM", llm)
+    monkeypatch.setattr(vllm_generation, "LLM", llm)

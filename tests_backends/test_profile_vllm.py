@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PROMPTS, G, MAX_TOKENS = 4, 4, 48
 
 
-def test_profile_samples_smollm2_with_vllm(smollm2_dir, tmp_path, capsys):
+def test_profile_samples_smollm2_with_vllm(smollm2_dir, tmp_path, capsys, eager_float32_vllm):
     from trl_dapo_ext.cli.profile import main
 
     out = tmp_path / "profile"
