@@ -43,7 +43,9 @@ def test_the_pure_modules_import_neither_trl_nor_transformers():
         "import importlib, sys\n"
         f"for module in {CORE_MODULES + PURE_DYNAMIC_SAMPLING_MODULES!r}:\n"
         "    importlib.import_module(module)\n"
-        "    heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('trl', 'transformers', 'accelerate', 'datasets'))\n"
+        "    heavy = sorted(\n"
+        "        m for m in sys.modules if m.split('.')[0] in ('trl', 'transformers', 'accelerate', 'datasets')\n"
+        "    )\n"
         "    print(module, heavy)\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
