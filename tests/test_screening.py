@@ -325,3 +325,73 @@ def test_screening_trains_a_lora_adapter_over_several_micro_batches(make_model, 
             h[N.DYNAMIC_SAMPLING_GENERATED_COMPLETIONS]
             == K * h[N.DYNAMIC_SAMPLING_SCREENED_PROMPTS] + (G - K) * h[N.DYNAMIC_SAMPLING_COMPLETED_PROMPTS]
         )
+
+
+# --- rows of their own -----------------------------------------------------------------------------------------------
+
+
+def extra_field_rollout(emitted: list[dict]):
+    """A TRL ``rollout_func`` that returns per-completion extra fields of several types, as an environment would
+    (TRL writes them into each completion's input row, where the reward functions read them); records what it sent."""
+
+    def rollout(prompts, trainer):
+        tokenizer = trainer.processing_class
+        n = len(prompts)
+        fields = {
+            "env_score": [float(i % 2) for i in range(n)],
+            "env_tag": [f"{prompt}#{i}" for i, prompt in enumerate(prompts)],
+            "env_list": [[i, i + 1] for i in range(n)],
+            "env_dict": [{"row": i} for i in range(n)],
+        }
+        emitted.append(fields)
+        return {
+            "prompt_ids": [tokenizer(prompt)["input_ids"] for prompt in prompts],
+            "completion_ids": [[tokenizer.convert_tokens_to_ids("a"), tokenizer.eos_token_id] for _ in prompts],
+            "logprobs": None,
+            **fields,
+        }
+
+    return rollout
+
+
+class ExtraFieldReward:
+    """Scores the rollout's ``env_score``; keeps every field it was handed, per call."""
+
+    __name__ = "env_reward"
+
+    def __init__(self):
+        self.seen: list[dict] = []
+
+    def __call__(self, completions, env_score, env_tag, env_list, env_dict, **kwargs):
+        self.seen.append(
+            {"env_score": list(env_score), "env_tag": list(env_tag), "env_list": env_list, "env_dict": env_dict}
+        )
+        return list(env_score)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, SCREEN, {**SCREEN, "dynamic_sampling_fixed_budget": True}, {"dynamic_sampling_fixed_budget": True}],
+    ids=["refill", "screening", "screening-fixed-budget", "fixed-budget"],
+)
+def test_every_completion_keeps_its_own_rollout_fields(make_model, tokenizer, tmp_path, monkeypatch, overrides):
+    """Every collector hands TRL one row dict per completion: a rollout's per-completion fields reach their own
+    row's reward, never the last row's of the same prompt (shared dicts gave every row the last value)."""
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func warns that it is experimental
+    emitted, reward = [], ExtraFieldReward()
+    trainer, _, _ = build(
+        make_model,
+        tokenizer,
+        tmp_path,
+        kinds_dataset(["varying"], 40),
+        reward=reward,
+        max_steps=2,
+        rollout_func=extra_field_rollout(emitted),
+        dynamic_sampling_on_exhausted="fill",
+        **overrides,
+    )
+    trainer.train()
+    assert len(reward.seen) == len(emitted) >= 2
+    assert reward.seen == emitted
+    # every group mixes 0 and 1: each step trains on a full batch of informative groups
+    assert all(h[N.DYNAMIC_SAMPLING_RETAINED_GROUPS] == 2 for h in ds_logs(trainer))

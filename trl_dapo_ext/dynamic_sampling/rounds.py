@@ -53,6 +53,20 @@ def with_prompt_index(dataset: Any) -> Any:
     return dataset.add_column(PROMPT_INDEX_COLUMN, list(range(len(dataset))))
 
 
+def repeat_rows(rows: list[dict[str, Any]], times: int) -> list[dict[str, Any]]:
+    """Each row ``times`` times, every copy its own dict (as TRL's sampler hands them out).
+
+    TRL writes a ``rollout_func``'s per-completion extra fields into its input rows, and the reward functions read
+    them from there: rows that shared one dict would all get the last completion's value.
+
+    >>> rows = repeat_rows([{"prompt": "a"}], 2)
+    >>> rows[0]["score"] = 1.0
+    >>> rows
+    [{'prompt': 'a', 'score': 1.0}, {'prompt': 'a'}]
+    """
+    return [dict(row) for row in rows for _ in range(times)]
+
+
 class DynamicSamplingExhausted(RuntimeError):
     """The round budget ran out before the batch held enough informative groups (``on_exhausted="error"``)."""
 
@@ -204,7 +218,7 @@ class BatchCollector:
         for index in self.sampler.draw(groups, round_index):
             row = dict(dataset[index])
             row.pop(PROMPT_INDEX_COLUMN, None)
-            rows.extend(dict(row) for _ in range(self.num_generations))
+            rows.extend(repeat_rows([row], self.num_generations))
             indices.append(index)
         return rows, indices
 

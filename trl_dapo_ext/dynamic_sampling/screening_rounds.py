@@ -34,7 +34,7 @@ from ..metric_names import N
 from .assembly import RoundRows, SelectedGroups
 from .counts import GroupCounts, added
 from .history import UNSEEN
-from .rounds import PROMPT_INDEX_COLUMN, BatchCollector, _empty_like
+from .rounds import PROMPT_INDEX_COLUMN, BatchCollector, _empty_like, repeat_rows
 from .screen_plan import screening_round
 from .screening import AGREE_HIGH, AGREE_LOW, stream_rate, worth_completing
 
@@ -187,8 +187,7 @@ class ScreeningCollector(BatchCollector):
         """Generate the pending completions and the new prompts' probes; keep, queue or drop each prompt."""
         trainer, sampler, G, k = self.trainer, self.sampler, self.num_generations, self.probe_size
         completing, self.pending = self.pending, []
-        rows = [probe.row for probe in completing for _ in range(G - k)]
-        rows += [row for row, _ in new for _ in range(k)]
+        rows = repeat_rows([probe.row for probe in completing], G - k) + repeat_rows([row for row, _ in new], k)
         if trainer.log_completions:
             trainer._logs = self.round_logs[round_index] = _empty_like(self.original_logs)
         started = time.perf_counter()
