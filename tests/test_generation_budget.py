@@ -13,7 +13,7 @@ from test_resume import after_checkpoint
 from transformers import TrainerCallback, get_scheduler
 
 from trl_dapo_ext import DAPOConfig
-from trl_dapo_ext.generation_budget import BUDGET_STATE_FILE, resume_generation_budget
+from trl_dapo_ext.generation_budget import BUDGET_STATE_FILE, plain_step_completions, resume_generation_budget
 from trl_dapo_ext.metric_names import N
 
 pytestmark = pytest.mark.trainer
@@ -30,6 +30,13 @@ class CountsAtStepEnd(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         self.counts.append(self.trainer.generated_completions)
+
+
+class ChargedAtStepEnd(CountsAtStepEnd):
+    """What the budget was charged at every step end."""
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.counts.append(self.trainer.budget_meter.charged())
 
 
 def step_schedule(name: str, steps: int, **kwargs):
@@ -57,6 +64,9 @@ def test_max_steps_is_derived_from_the_budget(tmp_path):
     # num_iterations=2: a generation batch serves two steps, so a plain step costs half of it
     assert config(tmp_path, max_generated_completions=24, num_iterations=2).max_steps == 6
     assert config(tmp_path).max_steps == -1  # no budget: untouched
+    # a fixed budget of full groups (no screening) generates exactly a plain step's completions
+    fixed = dict(dynamic_sampling=True, dynamic_sampling_fixed_budget=True)
+    assert config(tmp_path, max_generated_completions=20, **fixed).max_steps == 3
 
 
 @pytest.mark.parametrize(
@@ -74,7 +84,12 @@ def test_max_steps_is_derived_from_the_budget(tmp_path):
             "max_steps cannot be derived",
         ),
         (
-            dict(max_generated_completions=20, dynamic_sampling=True, dynamic_sampling_fixed_budget=True),
+            dict(
+                max_generated_completions=20,
+                dynamic_sampling=True,
+                dynamic_sampling_fixed_budget=True,
+                dynamic_sampling_screen_generations=2,
+            ),
             "max_steps cannot be derived",
         ),
     ],
@@ -103,12 +118,30 @@ def test_resuming_a_checkpoint_without_the_count_raises(tmp_path):
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def test_plain_grpo_under_a_budget_is_the_max_steps_run(make_model, tokenizer, prompt_dataset, tmp_path):
-    """Without dynamic sampling a step costs B x G completions: a budget of 20 is the 3-step run, bit for bit (the
-    same stop, the same linear schedule evaluated at completions / 8 = the step count, the same parameters)."""
-    schedule = dict(lr_scheduler_type="linear", warmup_steps=1)
-    steps = tiny_trainer(make_model(), digit_fraction_reward, prompt_dataset, tokenizer, tmp_path / "a", **schedule)
-    steps.train()
+@pytest.mark.parametrize(
+    "overrides, steps",
+    [
+        ({}, 3),
+        (dict(num_iterations=2), 3),  # a generation batch serves 2 steps: the run stops half-way through one
+        (dict(num_iterations=2), 4),
+        (dict(steps_per_generation=2), 4),  # one micro-batch per step, two per generation batch
+        (dict(steps_per_generation=4, gradient_accumulation_steps=2), 3),
+        (dict(steps_per_generation=2, gradient_accumulation_steps=2, num_iterations=3), 3),
+    ],
+    ids=["plain", "iterations-2-odd", "iterations-2", "generation-2", "generation-4-accumulation-2", "all"],
+)
+def test_plain_grpo_under_a_budget_is_the_max_steps_run(
+    make_model, tokenizer, prompt_dataset, tmp_path, overrides, steps
+):
+    """Without dynamic sampling a budget of ``steps`` plain steps' completions is the ``steps``-step run, bit for bit
+    (the same stop, the same linear schedule evaluated at charged completions / per step = the step count, the same
+    parameters), also when one generation batch serves several optimizer steps: each is charged as it is trained."""
+    schedule = dict(lr_scheduler_type="linear", warmup_steps=1, **overrides)
+    reference = tiny_trainer(
+        make_model(), digit_fraction_reward, prompt_dataset, tokenizer, tmp_path / "a", max_steps=steps, **schedule
+    )
+    reference.train()
+    per_step = plain_step_completions(reference.args)
     budget = tiny_trainer(
         make_model(),
         digit_fraction_reward,
@@ -116,16 +149,17 @@ def test_plain_grpo_under_a_budget_is_the_max_steps_run(make_model, tokenizer, p
         tokenizer,
         tmp_path / "b",
         max_steps=-1,
-        max_generated_completions=20,
+        max_generated_completions=int(steps * per_step),
         **schedule,
     )
-    counts = CountsAtStepEnd(budget)
+    charged = ChargedAtStepEnd(budget)
     budget.train()
-    assert counts.counts == [8, 16, 24] and budget.state.global_step == 3
-    assert logged_lrs(budget) == logged_lrs(steps)
-    linear = step_schedule("linear", 3, num_warmup_steps=1)
-    assert logged_lrs(budget) == [5e-3 * linear(count / PER_STEP) for count in [0, *counts.counts[:-1]]]
-    for a, b in zip(steps.model.parameters(), budget.model.parameters(), strict=True):
+    assert budget.args.max_steps == budget.state.global_step == reference.state.global_step == steps
+    assert charged.counts == [per_step * (step + 1) for step in range(steps)]
+    assert logged_lrs(budget) == logged_lrs(reference)
+    linear = step_schedule("linear", steps, num_warmup_steps=1)
+    assert logged_lrs(budget) == [5e-3 * linear(step) for step in range(steps)]
+    for a, b in zip(reference.model.parameters(), budget.model.parameters(), strict=True):
         assert torch.equal(a, b)
 
 

@@ -81,10 +81,11 @@ class DAPOConfig(GRPOConfig):
             rows per process) and trains on every informative group it found; the rest of the batch is masked out of
             the loss. Without screening: GRPO's own groups with the zero-variance ones masked (no refill).
         max_generated_completions (int | None): Bound the run by generation instead of steps: stop at the first
-            optimizer step end at which the completions generated so far (every round and process, the count logged
-            as `dynamic_sampling/generated_completions`) reach this, and run the lr schedule on completions (the
-            schedule of `ceil(budget / per_step)` plain GRPO steps evaluated at `completions / per_step`). `max_steps`
-            left at -1 becomes that step count (see `trl_dapo_ext.generation_budget`).
+            optimizer step end at which the completions charged so far (every round and process, the count logged
+            as `dynamic_sampling/generated_completions`; a generation batch charged as its micro-batches are trained)
+            reach this, and run the lr schedule on completions (the schedule of `ceil(budget / per_step)` plain GRPO
+            steps evaluated at `charged / per_step`). `max_steps` left at -1 becomes that step count (see
+            `trl_dapo_ext.generation_budget`).
         diagnostics (bool): Log the `groups/`, `length/`, `cost/` and `time/` metrics every step; training itself is
             unchanged.
         diagnostics_success_threshold (float): A completion counts as correct when its task reward is at least this
@@ -253,8 +254,9 @@ class DAPOConfig(GRPOConfig):
         default=None,
         metadata={
             "help": "Bound the run by generation: stop at the first optimizer step end at which the completions "
-            "generated so far (every generation round of every process, with or without dynamic sampling: the count "
-            "logged as dynamic_sampling/generated_completions) reach this, and run the lr schedule on the same unit: "
+            "charged so far (every generation round of every process, with or without dynamic sampling: the count "
+            "logged as dynamic_sampling/generated_completions; a generation batch is charged as its micro-batches "
+            "are trained) reach this, and run the lr schedule on the same unit: "
             "the schedule of ceil(budget / per_step) plain GRPO steps, evaluated at completions / per_step, where "
             "per_step is what a plain GRPO step generates (generation_batch_size * gradient_accumulation_steps / "
             "(steps_per_generation * num_iterations)). max_steps left at -1 becomes ceil(budget / per_step) (so "
@@ -383,18 +385,17 @@ class DAPOConfig(GRPOConfig):
             )
         per_step = plain_step_completions(self)
         steps = schedule_steps(budget, per_step)
-        # Plain GRPO and refill without screening generate at least a plain step's completions every step (the
-        # batch's own groups come first), so the plain step count bounds the run; screening can generate fewer.
-        at_least_plain = not self.dynamic_sampling or not (
-            self.dynamic_sampling_screen_generations is not None or self.dynamic_sampling_fixed_budget
-        )
+        # Plain GRPO, refill and the fixed budget without screening generate at least a plain step's completions
+        # every step (the batch's own groups come first; a fixed budget of full groups is exactly a plain step), so
+        # the plain step count bounds the run; screening can generate fewer.
+        at_least_plain = not self.dynamic_sampling or self.dynamic_sampling_screen_generations is None
         if self.max_steps is None or self.max_steps < 0:
             if not at_least_plain:
                 raise ValueError(
-                    f"max_generated_completions={budget} with screening (dynamic_sampling_screen_generations or "
-                    "dynamic_sampling_fixed_budget): a step can generate fewer completions than a plain GRPO step's "
-                    f"{per_step:g}, so max_steps cannot be derived from the budget. Set max_steps to the most "
-                    f"optimizer steps you allow (the budget takes {steps} plain steps; e.g. max_steps={2 * steps})."
+                    f"max_generated_completions={budget} with screening (dynamic_sampling_screen_generations): a "
+                    f"step can generate fewer completions than a plain GRPO step's {per_step:g}, so max_steps cannot "
+                    f"be derived from the budget. Set max_steps to the most optimizer steps you allow (the budget "
+                    f"takes {steps} plain steps; e.g. max_steps={2 * steps})."
                 )
             self.max_steps = steps
         elif not self.dynamic_sampling and self.max_steps < steps:

@@ -33,6 +33,7 @@ from .dynamic_sampling.sampler import DynamicSampler
 from .dynamic_sampling.screening_rounds import collector_class
 from .dynamic_sampling.state import resume_dynamic_sampling, save_dynamic_sampling
 from .generation_budget import (
+    BudgetMeter,
     GenerationBudgetCallback,
     on_completions,
     plain_step_completions,
@@ -89,8 +90,8 @@ class DAPOTrainer(GRPOTrainer):
       tokens, as TRL does.
 
     * ``create_scheduler`` (``max_generated_completions`` only): the step schedule of the plain GRPO steps that
-      generate the budget, evaluated at the completions generated so far (``self.generated_completions``, counted in
-      every training round and saved in checkpoints) instead of the step count (`generation_budget`).
+      generate the budget, evaluated at the completions charged so far (``self.budget_meter``: each generation batch
+      as its micro-batches are trained, saved in checkpoints) instead of the step count (`generation_budget`).
 
     Loss, generation, optimizer and logging stay TRL's. With every extension field at its default, the trainer
     computes exactly what ``trl.GRPOTrainer`` computes.
@@ -145,6 +146,8 @@ class DAPOTrainer(GRPOTrainer):
         # Completions generated in training so far, every process's (the same on every rank): max_generated_completions
         # stops the run and runs the lr schedule on it (`generation_budget`).
         self.generated_completions = 0
+        # What the budget has been charged: each generation batch as its micro-batches are trained.
+        self.budget_meter = BudgetMeter(args.steps_per_generation * self.num_iterations)
         if args.max_generated_completions is not None:
             self.add_callback(GenerationBudgetCallback(self))
 
@@ -214,6 +217,7 @@ class DAPOTrainer(GRPOTrainer):
         output = super()._generate_and_score_completions(rows)
         if self.model.training:  # every process generates as many rows in a round
             self.generated_completions += len(rows) * self.accelerator.num_processes
+            self.budget_meter.add(len(rows) * self.accelerator.num_processes)
         if need_rewards and self._last_round is None:
             raise RuntimeError(
                 f"trl {compat.trl_version()}: GRPOTrainer._generate_and_score_completions returned without calling "
@@ -224,6 +228,8 @@ class DAPOTrainer(GRPOTrainer):
         return output, self._last_round
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, torch.Tensor | Any]:
+        if self.model.training:  # TRL makes one generation batch per steps_per_generation * num_iterations
+            self.budget_meter.start_cycle()
         if self.dynamic_sampling is not None and self.model.training:
             if self._left_padding_unchecked:
                 self._check_left_padding()
@@ -264,7 +270,10 @@ class DAPOTrainer(GRPOTrainer):
     def _prepare_inputs(self, generation_batch):
         # Rollout work that is neither generation nor reward: log-prob passes, padding, batch assembly.
         with self._timed("scoring"):
-            return super()._prepare_inputs(generation_batch)
+            micro_batch = super()._prepare_inputs(generation_batch)
+        if self.model.training:  # one micro-batch of the current generation batch is trained on
+            self.budget_meter.consume()
+        return micro_batch
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if not self.args.dynamic_sampling:  # only dynamic sampling's fill groups can leave no loss token
@@ -359,6 +368,6 @@ class DAPOTrainer(GRPOTrainer):
                 "(not reduce_lr_on_plateau) and no scheduler of your own, or drop max_generated_completions."
             )
         if not getattr(scheduler, "_dapo_on_completions", False):  # once, though DeepSpeed may ask again
-            scheduler.lr_lambdas = on_completions(scheduler.lr_lambdas, lambda: self.generated_completions, per_step)
+            scheduler.lr_lambdas = on_completions(scheduler.lr_lambdas, self.budget_meter.charged, per_step)
             scheduler._dapo_on_completions = True
         return scheduler
