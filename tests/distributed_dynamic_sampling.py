@@ -133,7 +133,7 @@ def lora(output_dir: str, **config) -> dict:
 def agree(output_dir: str, **config) -> dict:
     tokenizer = build_char_tokenizer()
     model = build_tiny_causal_lm(tokenizer, hidden_size=32, num_layers=1, seed=2)
-    dataset = kinds_dataset(["right", "wrong", "varying"], repeat=16)
+    dataset = kinds_dataset(["right", "wrong", "varying"], repeat=24)
     reward = RoundRecorder()
     trainer = tiny_trainer(
         model,
@@ -252,10 +252,38 @@ def budget(output_dir: str, **config) -> dict:
     }
 
 
+def rounds(output_dir: str, **config) -> dict:
+    """Each step's rounds (their prompts, on this rank) and the logs."""
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_causal_lm(tokenizer, hidden_size=32, num_layers=1, seed=2)
+    reward = RoundRecorder()
+    trainer = tiny_trainer(
+        model,
+        reward,
+        kinds_dataset(["varying", "right", "right", "wrong"], repeat=12),
+        tokenizer,
+        output_dir,
+        dynamic_sampling=True,
+        **config,
+    )
+    per_step: list[list[list[str]]] = []
+    scored_round = trainer._scored_round
+
+    def recorded(rows, need_rewards=True):
+        if trainer.state.global_step == len(per_step):
+            per_step.append([])
+        per_step[-1].append(sorted({row["prompt"] for row in rows}))
+        return scored_round(rows, need_rewards)
+
+    trainer._scored_round = recorded
+    trainer.train()
+    return {"rank": trainer.accelerator.process_index, "rounds_per_step": per_step, "logs": ds_logs(trainer)}
+
+
 def main(output_dir: str, modes: str = "agree", config: str = "{}") -> None:
     trl115_cpu_shim.install_if_needed()
     torch.set_num_threads(1)
-    runs = {"agree": agree, "lora": lora, "resume": resume, "diverge": diverge, "budget": budget}
+    runs = {"agree": agree, "lora": lora, "resume": resume, "diverge": diverge, "budget": budget, "rounds": rounds}
     report = {mode: runs[mode](os.path.join(output_dir, mode), **json.loads(config)) for mode in modes.split(",")}
     rank = next(iter(report.values()))["rank"]
     with open(os.path.join(output_dir, f"rank{rank}.json"), "w") as handle:

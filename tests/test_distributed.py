@@ -107,6 +107,37 @@ def assert_screening_run(reports: list[dict]) -> None:
     assert_ranks_agree(reports)
     for log in reports[0]["logs"]:
         assert log[N.DYNAMIC_SAMPLING_SCREENED_PROMPTS] > log[N.DYNAMIC_SAMPLING_COMPLETED_PROMPTS] >= 8
+        assert_funnel(log)
+
+
+def assert_funnel(log: dict) -> None:
+    """Every screened prompt is completed or dropped; the stranded ones are among the dropped."""
+    screened, completed = log[N.DYNAMIC_SAMPLING_SCREENED_PROMPTS], log[N.DYNAMIC_SAMPLING_COMPLETED_PROMPTS]
+    dropped, stranded = log[N.DYNAMIC_SAMPLING_DROPPED_PROMPTS], log[N.DYNAMIC_SAMPLING_STRANDED_PROBES]
+    assert screened == completed + dropped and 0 <= stranded <= dropped
+
+
+def test_two_processes_count_the_probes_no_round_can_complete(tmp_path):
+    """A fixed budget on 2 processes, at most 3 rounds: in a step's last round the rank with fewer completions to
+    make still generates as many rows (TRL's collectives), as probes no round can complete. They are counted:
+    ``stranded_probes`` is every rank's prompts that first appear in its step's last round."""
+    config = {
+        **SCREENING,
+        "dynamic_sampling_fixed_budget": True,
+        "dynamic_sampling_round_latency": 0.0,
+        "dynamic_sampling_max_rounds": 3,
+        "max_steps": 4,
+    }
+    reports = [report["rounds"] for report in run_on_two_processes(tmp_path, "rounds", config=config)]
+    stranded = [0] * len(reports[0]["logs"])
+    for report in reports:
+        for step, rounds in enumerate(report["rounds_per_step"]):
+            earlier = {prompt for prompts in rounds[:-1] for prompt in prompts}
+            stranded[step] += len(set(rounds[-1]) - earlier)
+    assert [log[N.DYNAMIC_SAMPLING_STRANDED_PROBES] for log in reports[0]["logs"]] == stranded
+    assert sum(stranded) > 0
+    for log in reports[0]["logs"]:
+        assert_funnel(log)
 
 
 def test_every_process_follows_the_main_processs_round_plan(tmp_path):

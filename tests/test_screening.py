@@ -395,3 +395,44 @@ def test_every_completion_keeps_its_own_rollout_fields(make_model, tokenizer, tm
     assert reward.seen == emitted
     # every group mixes 0 and 1: each step trains on a full batch of informative groups
     assert all(h[N.DYNAMIC_SAMPLING_RETAINED_GROUPS] == 2 for h in ds_logs(trainer))
+
+
+# --- the funnel --------------------------------------------------------------------------------------------------------
+
+
+def test_filling_the_batch_completes_only_the_groups_it_misses(make_model, tokenizer, tmp_path):
+    """Every 'varying' prompt's probes are mixed: the batch misses 2 groups, so 2 are completed and the other mixed
+    prompts cost their probes only (completing them would pay G - k each for surplus groups)."""
+    trainer, _, _ = build(make_model, tokenizer, tmp_path, kinds_dataset(["varying"], 40), max_steps=2, **SCREEN)
+    trainer.train()
+    for h in ds_logs(trainer):
+        assert h[N.DYNAMIC_SAMPLING_DISCARDED_SURPLUS_GROUPS] == 0
+        assert h[N.DYNAMIC_SAMPLING_COMPLETED_PROMPTS] == h[N.DYNAMIC_SAMPLING_RETAINED_GROUPS] == 2
+        screened = h[N.DYNAMIC_SAMPLING_SCREENED_PROMPTS]
+        assert h[N.DYNAMIC_SAMPLING_GENERATED_COMPLETIONS] == K * screened + (G - K) * 2
+
+
+@pytest.mark.parametrize("budget", [False, True], ids=["fill", "fixed-budget"])
+def test_every_screened_prompt_is_completed_or_dropped_and_remembered(make_model, tokenizer, tmp_path, budget):
+    """The funnel adds up (screened = completed + dropped, stranded among the dropped) and every screened prompt,
+    dropped ones included, is in the prompt history."""
+    dataset = kinds_dataset(["varying", "wrong", "varying", "right"], 20)
+    trainer, _, _ = build(
+        make_model,
+        tokenizer,
+        tmp_path,
+        dataset,
+        max_steps=4,
+        dynamic_sampling_fixed_budget=budget,
+        dynamic_sampling_on_exhausted="fill",
+        **SCREEN,
+    )
+    rounds = record_rounds(trainer)
+    trainer.train()
+    for h in ds_logs(trainer):
+        screened, completed = h[N.DYNAMIC_SAMPLING_SCREENED_PROMPTS], h[N.DYNAMIC_SAMPLING_COMPLETED_PROMPTS]
+        dropped, stranded = h[N.DYNAMIC_SAMPLING_DROPPED_PROMPTS], h[N.DYNAMIC_SAMPLING_STRANDED_PROBES]
+        assert screened == completed + dropped and 0 <= stranded <= dropped
+    screened = {prompt for entry in rounds for prompt in entry["prompts"]}
+    remembered = {dataset[index]["prompt"] for index in trainer.dynamic_sampling.history.outcomes}
+    assert screened <= remembered

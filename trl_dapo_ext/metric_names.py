@@ -230,7 +230,12 @@ SECTIONS: tuple[Section, ...] = (
         "Per step, summed over processes. `attempted = retained + discarded_surplus + zero_variance`.",
         (
             Metric("dynamic_sampling/rounds", "generation rounds in the step, the first included", "1-3"),
-            Metric("dynamic_sampling/attempted_groups", "prompt groups generated and scored", "see retention"),
+            Metric(
+                "dynamic_sampling/attempted_groups",
+                "full groups of G generated and scored (with screening: the completed prompts; a prompt dropped after "
+                "its probes is no group)",
+                "see retention",
+            ),
             Metric(
                 "dynamic_sampling/retained_groups",
                 "informative groups in the update batch",
@@ -266,15 +271,22 @@ SECTIONS: tuple[Section, ...] = (
                 "uninformative groups masked into the batch when the budget ran out (`on_exhausted='fill'`)",
                 "0",
             ),
-            Metric("dynamic_sampling/retention_rate", "retained / attempted groups", "above 0.2"),
+            Metric(
+                "dynamic_sampling/retention_rate",
+                "retained / attempted groups (with screening, of the completed prompts only: the prompts dropped after "
+                "their probes are in `dropped_prompts`)",
+                "above 0.2",
+            ),
             Metric(
                 "dynamic_sampling/informative_rate",
-                "(retained + discarded surplus) / attempted groups: the share of generated groups whose reward varied",
+                "(retained + discarded surplus) / attempted groups: the share of full groups whose reward varied "
+                "(with screening, of the completed prompts only, so near 1 by design)",
                 "at or above `retention_rate`; the quantity `expected_retention` estimates",
             ),
             Metric(
                 "dynamic_sampling/generated_completions",
-                "completions generated in the step (attempted groups x G)",
+                "completions generated in the step, every round and process (attempted groups x G; with screening "
+                "k x screened + (G - k) x completed prompts)",
                 "about G x groups / retention",
             ),
             Metric(
@@ -333,14 +345,24 @@ SECTIONS: tuple[Section, ...] = (
             ),
             Metric(
                 "dynamic_sampling/completed_prompts",
-                "screened prompts completed to a full group (their probes were mixed)",
+                "screened prompts completed to a full group: those whose probes were mixed (as many as the batch "
+                "misses, when filling it) and agreeing ones judged worth completing or explored",
                 "at least `retained_groups`",
                 "screen",
             ),
             Metric(
                 "dynamic_sampling/dropped_prompts",
-                "screened prompts whose probes all agreed, dropped at the probes' cost",
+                "screened prompts not completed, each at its probes' cost: probes agreed and completing was not "
+                "worth it, mixed beyond what the batch missed, or probed in the step's last round; screened = "
+                "completed + dropped",
                 "falls as the data saturates less",
+                "screen",
+            ),
+            Metric(
+                "dynamic_sampling/stranded_probes",
+                "prompts probed in the step's last round, which no round of the step can complete (counted in "
+                "`dropped_prompts`; on several processes the rounds' equal size can force such probes)",
+                "0 on one process",
                 "screen",
             ),
             Metric(

@@ -21,6 +21,7 @@ the same collector trains GRPO's own groups with the zero-variance ones masked.
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from dataclasses import dataclass, replace
@@ -63,6 +64,7 @@ class Probe:
     stratum: str = UNSEEN  # its prompt-history stratum when it was screened
     agreed: str | None = None  # completed although its probes agreed: in which direction (AGREE_HIGH / AGREE_LOW)
     chance: float = 1.0  # chance that its full group is informative (1 for mixed probes)
+    outcome: tuple[int, int, int] | None = None  # its probes' (outcome, upper, scorable), for the prompt history
 
     def part(self, filled: bool = False) -> SelectedGroups:
         return self.round_rows.take(self.rows, filled)
@@ -83,6 +85,7 @@ class ScreeningCollector(BatchCollector):
         self.fill_pool: list[list[SelectedGroups]] = []  # uninformative groups (or repeated probes) for masking
         self.generated_rows = 0  # rows of every round, every process
         self.funnel = [0, 0]  # screened prompts and those dropped after their probes (every process)
+        self.stranded = 0  # prompts probed in the step's last round (every process): nothing could complete them
         super().__init__(trainer, inputs)
 
     # ------------------------------------------------------------------------------------------------ sizes
@@ -144,8 +147,7 @@ class ScreeningCollector(BatchCollector):
         while True:
             self.rounds = round_index
             used_units += len(self.pending) * self.units_to_complete + len(new)
-            self._screening_round(new, round_index)
-            self._trim_pending(used_units)
+            self._screening_round(new, round_index, used_units)
             expected = round(sum(probe.chance for probe in self.pending) * _MILLI)
             kept, pending, expected = self._gathered_columns(self._kept_groups(), len(self.pending), expected)
             counts = self._plan(round_index, kept, pending, used_units, [e / _MILLI for e in expected])
@@ -154,21 +156,35 @@ class ScreeningCollector(BatchCollector):
             round_index += 1
             indices = self.sampler.draw_each(counts, round_index)
             new = [(self._dataset_row(index), index) for index in indices]
-        self._drop(self.pending)  # probes the step had no use for any more
+        self._end_funnel(stranded=len(new) if self.units_to_complete else 0)
         self.sampler.end_step()
         self.trainer._logs = self.original_logs
         return self._finish()
 
-    def _trim_pending(self, used_units: int) -> None:
-        """Under a budget, drop the mixed prompts whose completion no longer fits (the same cap on every process:
-        rounds are equal, so is what they used). Each probe reserves its completion when it is planned; only a
-        process that screened more than it asked for, to keep the rounds equal, can find its reserve spent."""
+    def _end_funnel(self, stranded: int) -> None:
+        """The probes still pending when the step ends (no round is left to complete them): dropped, counted and
+        taught to the prompt history like every other dropped prompt. ``stranded``: prompts this process probed in
+        the step's last round (every one of them is dropped: no later round of the step could complete it)."""
+        leftovers, self.pending = self.pending, []
+        observed = self._drop(leftovers)
+        gathered = self._gathered_columns(len(leftovers), stranded)
+        self.funnel[1] += sum(gathered[0])
+        self.stranded = sum(gathered[1])
+        every = [item for part in gather_object([observed]) for item in part]
+        if every:
+            self.sampler.observe_groups(*(list(column) for column in zip(*every)))
+
+    def _trim_pending(self, used_units: int) -> list[Probe]:
+        """Under a budget, the mixed prompts whose completion no longer fits, taken out of ``pending`` (the same cap
+        on every process: rounds are equal, so is what they used). Each probe reserves its completion when it is
+        planned; only a process that screened more than it asked for, to keep the rounds equal, can find its
+        reserve spent."""
         budget = self._budget_units()
         if budget is None or not self.units_to_complete:
-            return
+            return []
         fits = max(budget - used_units, 0) // self.units_to_complete
-        self._drop(self.pending[fits:])
-        self.pending = self.pending[:fits]
+        trimmed, self.pending = self.pending[fits:], self.pending[:fits]
+        return trimmed
 
     def _dataset_row(self, index: int) -> dict[str, Any]:
         row = dict(self.trainer.train_dataset[index])
@@ -183,8 +199,9 @@ class ScreeningCollector(BatchCollector):
         gathered = self._gathered(list(values))
         return tuple(gathered[i :: len(values)] for i in range(len(values)))
 
-    def _screening_round(self, new: list[tuple[dict[str, Any], int]], round_index: int) -> None:
-        """Generate the pending completions and the new prompts' probes; keep, queue or drop each prompt."""
+    def _screening_round(self, new: list[tuple[dict[str, Any], int]], round_index: int, used_units: int) -> None:
+        """Generate the pending completions and the new prompts' probes; keep, queue or drop each prompt.
+        ``used_units``: what the step has generated per process with this round, in units of ``k`` rows."""
         trainer, sampler, G, k = self.trainer, self.sampler, self.num_generations, self.probe_size
         completing, self.pending = self.pending, []
         rows = repeat_rows([probe.row for probe in completing], G - k) + repeat_rows([row for row, _ in new], k)
@@ -228,29 +245,40 @@ class ScreeningCollector(BatchCollector):
             )
             for i, (row, index) in enumerate(new)
         ]
-        dropped = 0
+        dropped: list[Probe] = []
         if probes:
             probe_rewards = local_rewards[first_probe_row:]
             classified = sampler.classify(probe_rewards, size=k)
             if k == G:
                 counts = added(counts, self._keep([[p.part()] for p in probes], classified, probes, observed))
             else:
-                agreeing = []
-                for probe, mixed, outcome, upper, scorable in zip(
-                    probes, classified.informative.tolist(), *self._per_group(classified)
-                ):
+                mixed_probes, agreeing = [], []
+                for probe, mixed, *outcome in zip(probes, classified.informative.tolist(), *self._per_group(classified)):
                     probe_records.append((probe.stratum, bool(mixed)))
-                    if mixed:
-                        self.pending.append(probe)
-                    else:
-                        agreeing.append((probe, outcome, upper, scorable))
-                for probe, outcome, upper, scorable in self._complete_worthwhile(agreeing):
-                    self._drop([probe])
-                    observed.append((probe.index, outcome, upper, scorable))
-                    dropped += 1
-        self._gather_round(counts, dropped, observed, probe_records, agreeing_records, groups, round_index)
+                    probe.outcome = tuple(outcome)
+                    (mixed_probes if mixed else agreeing).append(probe)
+                dropped = self._queue_mixed(mixed_probes) + self._complete_worthwhile(agreeing)
+        dropped += self._trim_pending(used_units)
+        observed += self._drop(dropped)
+        self._gather_round(counts, len(dropped), observed, probe_records, agreeing_records, groups, round_index)
 
-    def _complete_worthwhile(self, agreeing: list[tuple]) -> list[tuple]:
+    def _short(self) -> float | None:
+        """Informative groups the batch still misses once the pending completions are counted (None: a fixed budget,
+        which completes whatever it can pay for)."""
+        if self.fixed_budget:
+            return None
+        return self.target - self._kept_groups() - sum(probe.chance for probe in self.pending)
+
+    def _queue_mixed(self, mixed: list[Probe]) -> list[Probe]:
+        """Queue mixed prompts for completion; when filling the batch, only as many as it still misses (a mixed
+        prompt is informative at G for sure: completing more would pay ``G - k`` each for surplus groups). Returns
+        the others, to be dropped at their probes' cost."""
+        short = self._short()
+        take = len(mixed) if short is None else max(math.ceil(short - 1e-9), 0)
+        self.pending.extend(mixed[:take])
+        return mixed[take:]
+
+    def _complete_worthwhile(self, agreeing: list[Probe]) -> list[Probe]:
         """Queue the agreeing prompts worth completing (after the mixed ones); return the others, to be dropped.
 
         Completing one buys an informative group with chance ``c`` (its stratum's and direction's estimate) for
@@ -267,18 +295,15 @@ class ScreeningCollector(BatchCollector):
         latency = args.dynamic_sampling_round_latency
         opportunity = stream_rate(estimates.retention(), estimates.mixed_rate(), k, G, latency, self.target)
         candidates = []
-        for item in agreeing:
-            probe, outcome = item[0], item[1]
-            direction = _DIRECTIONS.get(outcome)
+        for probe in agreeing:
+            direction = _DIRECTIONS.get(probe.outcome[0])
             if direction is None:  # zero-variance elsewhere (too few scorable members): nothing to learn from
                 continue
             chance = estimates.after_agreement(probe.stratum, direction)
             explore = self._coin(probe.index) < EXPLORE_SHARE
             if explore or worth_completing(chance, k, G, opportunity):
                 candidates.append((not explore, -chance, len(candidates), probe, direction, chance))
-        short = None
-        if not self.fixed_budget:  # filling the batch: completions beyond what it misses would be surplus
-            short = self.target - self._kept_groups() - sum(probe.chance for probe in self.pending)
+        short = self._short()  # filling the batch: completions beyond what it misses would be surplus
         completed = set()
         for _, _, _, probe, direction, chance in sorted(candidates):  # explored first, then best first
             if short is not None and short <= 0:
@@ -288,7 +313,7 @@ class ScreeningCollector(BatchCollector):
             completed.add(id(probe))
             if short is not None:
                 short -= chance
-        return [item for item in agreeing if id(item[0]) not in completed]
+        return [probe for probe in agreeing if id(probe) not in completed]
 
     def _coin(self, index: int) -> float:
         """A uniform draw keyed by the run's seed, the step and the prompt: the same on every process and on resume."""
@@ -319,10 +344,12 @@ class ScreeningCollector(BatchCollector):
             other=outcomes.count(GroupOutcome.OTHER),
         )
 
-    def _drop(self, probes: list[Probe]) -> None:
-        """Probes not completed: counted as dropped, kept as fill material (repeated to a group, masked)."""
+    def _drop(self, probes: list[Probe]) -> list[tuple[int, int, int, int]]:
+        """Probes not completed: kept as fill material (repeated to a group, masked); returns what the prompt
+        history learns from each (its probes' outcome), for the caller to gather and count."""
         if self.units_to_complete:
             self.fill_pool.extend(probe.as_fill_group(self.num_generations) for probe in probes)
+        return [(probe.index, *probe.outcome) for probe in probes]
 
     def _generate(self, rows: list[dict[str, Any]]):
         """One TRL round whose groups are ``k`` rows (so every backend sees one prompt per ``k`` rows)."""
@@ -384,6 +411,7 @@ class ScreeningCollector(BatchCollector):
             N.DYNAMIC_SAMPLING_SCREENED_PROMPTS: screened,
             N.DYNAMIC_SAMPLING_COMPLETED_PROMPTS: self.totals.attempted,
             N.DYNAMIC_SAMPLING_DROPPED_PROMPTS: dropped,
+            N.DYNAMIC_SAMPLING_STRANDED_PROBES: self.stranded,
             N.DYNAMIC_SAMPLING_COMPLETIONS_PER_INFORMATIVE_GROUP: (
                 self.generated_rows / informative if informative else float("nan")
             ),
