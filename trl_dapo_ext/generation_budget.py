@@ -146,7 +146,10 @@ class GenerationBudgetCallback(TrainerCallback):
 
     def on_train_end(self, args, state, control, **kwargs):
         generated = self.trainer.generated_completions
-        if self.trainer.budget_meter.charged() < args.max_generated_completions and state.global_step >= state.max_steps:
+        if (
+            self.trainer.budget_meter.charged() < args.max_generated_completions
+            and state.global_step >= state.max_steps
+        ):
             warnings.warn(
                 f"max_steps={state.max_steps} ended the run after {generated} generated completions, before "
                 f"max_generated_completions={args.max_generated_completions}; raise max_steps (or leave it at -1 "
@@ -161,7 +164,9 @@ def save_generation_budget(trainer: Any, folder: str) -> None:
     path = os.path.join(folder, refill_state_file(args.process_index, args.world_size, BUDGET_STATE_FILE))
     partial = f"{path}.partial"
     with open(partial, "w") as handle:
-        json.dump({"generated_completions": trainer.generated_completions, **trainer.budget_meter.state_dict()}, handle)
+        json.dump(
+            {"generated_completions": trainer.generated_completions, **trainer.budget_meter.state_dict()}, handle
+        )
     os.replace(partial, path)
 
 

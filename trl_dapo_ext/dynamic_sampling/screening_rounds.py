@@ -253,7 +253,9 @@ class ScreeningCollector(BatchCollector):
                 counts = added(counts, self._keep([[p.part()] for p in probes], classified, probes, observed))
             else:
                 mixed_probes, agreeing = [], []
-                for probe, mixed, *outcome in zip(probes, classified.informative.tolist(), *self._per_group(classified)):
+                for probe, mixed, *outcome in zip(
+                    probes, classified.informative.tolist(), *self._per_group(classified)
+                ):
                     probe_records.append((probe.stratum, bool(mixed)))
                     probe.outcome = tuple(outcome)
                     (mixed_probes if mixed else agreeing).append(probe)
