@@ -4,6 +4,7 @@ and properties against brute force (exact enumeration over Binomial outcomes, or
 from __future__ import annotations
 
 import itertools
+import os
 import math
 
 import numpy as np
@@ -337,3 +338,35 @@ def test_stratified_rates_are_decayed_counts_with_a_pooled_prior(steps, decay):
     for key in "abc":
         expected = (2 * pooled + weighted(key, True)) / (2 + weighted(key, True) + weighted(key, False))
         assert rate.mean(key) == pytest.approx(expected)
+
+
+RESUME_ESTIMATES = r"""
+import json, sys
+from trl_dapo_ext.dynamic_sampling.screening import ScreeningEstimates
+estimates = ScreeningEstimates(decay=0.8)
+if len(sys.argv) > 1:  # resume a saved state
+    estimates.load_state_dict(json.loads(sys.argv[1]))
+    print(" ".join(estimates.mixed_rate(s).hex() for s in [None, "3", "unseen"]), estimates.retention().hex())
+else:  # a run's state: decayed, non-integer counts in many strata
+    strata = ["unseen", *map(str, range(12))]
+    for step in range(6):
+        estimates.observe_probes(strata, [(step * 7 + i) % 3 == 0 for i in range(len(strata))])
+        estimates.observe_completions(strata[:5], ["high", "low", "high", "low", "high"], [True, False] * 2 + [True])
+        estimates.end_step()
+    print(json.dumps(estimates.state_dict()))
+"""
+
+
+def test_resumed_estimates_agree_across_interpreters():
+    """The saved screening state resumes to the same estimates, to the last bit, in interpreters with different
+    string-hash seeds (as several processes, or a resumed run, have): strata are pooled in a fixed order."""
+    import subprocess
+    import sys
+
+    def run(seed: int, *args: str) -> str:
+        env = {**os.environ, "PYTHONHASHSEED": str(seed)}
+        command = [sys.executable, "-c", RESUME_ESTIMATES, *args]
+        return subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout.strip()
+
+    state = run(0)
+    assert len({run(seed, state) for seed in range(1, 9)}) == 1

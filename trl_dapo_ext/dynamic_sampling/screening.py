@@ -179,7 +179,7 @@ class StratifiedRate:
     def mean(self, key: str | None = None) -> float:
         """Posterior mean of ``key`` (``None``: pooled over every key), this step's counts included."""
         pooled = RetentionEstimate(self.prior_mean, self.prior_strength)
-        for name in {*self.estimates, *self.step_counts}:
+        for name in sorted({*self.estimates, *self.step_counts}):  # a fixed order: float sums must agree
             attempts, hits = self.step_counts.get(name, (0, 0))
             found = self.estimates.get(name, RetentionEstimate())
             pooled.informative += found.informative + hits
