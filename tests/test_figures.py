@@ -97,3 +97,11 @@ def test_the_ablation_figures_are_the_results_tables():
     peer = next(cells for label, cells in rows.items() if label.startswith("peer: trl-cgrpo"))
     assert peer[3] == _ablation_cells(mixed, 10, 9)
     assert "docs/ablation.md" in why and "docs/choosing.md" in README
+
+
+def test_the_ablation_page_quotes_each_results_table_whole():
+    """docs/ablation.md carries each results.md verbatim (the site leaves the raw tables out: mkdocs.yml)."""
+    page = (ROOT / "docs" / "ablation.md").read_text()
+    for task in ("mixed", "demo"):
+        table = (ROOT / "docs" / "ablation_results" / task / "results.md").read_text().strip()
+        assert table in page, f"docs/ablation.md does not quote docs/ablation_results/{task}/results.md whole"
