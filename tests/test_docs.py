@@ -142,3 +142,12 @@ def test_make_docs_fails_on_a_warning(tmp_path):
     result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     assert result.returncode != 0, f"{' '.join(command[1:])} passed a site with a broken link"
     assert "missing.md" in result.stdout + result.stderr
+
+
+def test_every_page_that_advises_on_switching_it_on_links_the_decision():
+    """The advice on switching dynamic sampling on lives in docs/choosing.md; the pages that talk about it link there
+    instead of giving advice of their own."""
+    pages = ["README.md", "docs/index.md", "docs/faq.md", "docs/dynamic-sampling.md", "docs/migration.md"]
+    unlinked = [page for page in pages if "choosing.md" not in (ROOT / page).read_text()]
+    assert not unlinked, f"{unlinked} do not link docs/choosing.md"
+    assert "dynamic_sampling=True, overlong" not in (ROOT / "docs" / "index.md").read_text()  # no plain opt-in
