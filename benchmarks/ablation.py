@@ -545,13 +545,60 @@ def _run_line(r: dict) -> str:
 # Summary: table and plot
 # ---------------------------------------------------------------------------------------------------------------------
 
-# Two-sided 95% quantiles of Student's t for 1-30 degrees of freedom (no scipy here); 1.96 beyond.
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131)
-_T975 += (2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+def _incomplete_beta(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b), by its continued fraction (Lentz; no scipy here)."""
+    if x <= 0.0 or x >= 1.0:
+        return min(max(x, 0.0), 1.0)
+    if x > (a + 1.0) / (a + b + 2.0):  # the fraction converges fast below the mean; use the symmetry above it
+        return 1.0 - _incomplete_beta(b, a, 1.0 - x)
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)) / a
+    tiny, c, d = 1e-300, 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    value = d
+    for m in range(1, 500):
+        for numerator in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            value *= c * d
+        if abs(c * d - 1.0) < 1e-15:
+            break
+    return front * value
 
 
-def t_interval(values: Sequence[float]) -> tuple[float, float, float] | None:
-    """Mean and 95% t-interval of ``values`` (None for fewer than two).
+def t_two_sided_p(t: float, df: int) -> float:
+    """``P(|T| >= |t|)`` for Student's t with ``df`` degrees of freedom.
+
+    >>> round(t_two_sided_p(2.776, 4), 4)
+    0.05
+    """
+    return _incomplete_beta(df / 2.0, 0.5, df / (df + t * t))
+
+
+def t_quantile(probability: float, df: int) -> float:
+    """The ``probability`` quantile of Student's t (``0.5 < probability < 1``), by bisection on `t_two_sided_p`.
+
+    >>> round(t_quantile(0.975, 4), 3)
+    2.776
+    """
+    if not 0.5 < probability < 1.0:
+        raise ValueError(f"t_quantile takes a probability in (0.5, 1), got {probability}")
+    low, high = 0.0, 1.0
+    while t_two_sided_p(high, df) > 2.0 * (1.0 - probability):
+        high *= 2.0
+    for _ in range(200):
+        middle = (low + high) / 2.0
+        low, high = (middle, high) if t_two_sided_p(middle, df) > 2.0 * (1.0 - probability) else (low, middle)
+    return (low + high) / 2.0
+
+
+def t_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float] | None:
+    """Mean and ``level`` t-interval of ``values`` (None for fewer than two).
 
     >>> [round(v, 3) for v in t_interval([1.0, 2.0, 3.0])]
     [2.0, -0.484, 4.484]
@@ -559,8 +606,54 @@ def t_interval(values: Sequence[float]) -> tuple[float, float, float] | None:
     if len(values) < 2:
         return None
     mean, sd = statistics.fmean(values), statistics.stdev(values)
-    half = (_T975[len(values) - 2] if len(values) <= 31 else 1.96) * sd / math.sqrt(len(values))
+    half = t_quantile(1.0 - (1.0 - level) / 2.0, len(values) - 1) * sd / math.sqrt(len(values))
     return mean, mean - half, mean + half
+
+
+def holm(p_values: dict[Any, float]) -> dict[Any, float]:
+    """Holm's step-down adjusted p-values: a comparison is significant at level a when its adjusted p is <= a, with
+    the chance of any false positive among all of them at most a.
+
+    >>> holm({"a": 0.01, "b": 0.04, "c": 0.03})
+    {'a': 0.03, 'c': 0.06, 'b': 0.06}
+    """
+    ordered = sorted(p_values, key=p_values.__getitem__)
+    adjusted, running = {}, 0.0
+    for rank, key in enumerate(ordered):
+        running = max(running, min(1.0, (len(ordered) - rank) * p_values[key]))
+        adjusted[key] = round(running, 12)
+    return adjusted
+
+
+def paired_differences(runs: list[dict], arm: int, reference: int) -> list[float]:
+    """``arm``'s held-out sampled accuracy after the budget minus ``reference``'s, per seed both ran."""
+    by = {(r["arm"], r["seed"]): r["accuracy_after"]["sampled"] for r in runs}
+    return [by[arm, s] - by[reference, s] for a, s in sorted(by) if a == arm and (reference, s) in by]
+
+
+def corrected_comparisons(runs: list[dict], level: float = 0.95) -> list[dict]:
+    """The selection arms (`SELECTION_ARMS`) against arm 1 after the budget, as one family of comparisons: per arm
+    the paired t-test's p, Holm's adjusted p over the family, and the Bonferroni interval (each at level 1 - (1 -
+    ``level``) / m for m arms), so that a single arm's interval above 0 is not read as a finding by itself."""
+    family = sorted({r["arm"] for r in runs} & set(SELECTION_ARMS) - {1})
+    diffs = {arm: paired_differences(runs, arm, 1) for arm in family}
+    family = [arm for arm in family if len(diffs[arm]) >= 2]
+    p_values = {}
+    for arm in family:
+        mean, sd, n = statistics.fmean(diffs[arm]), statistics.stdev(diffs[arm]), len(diffs[arm])
+        p_values[arm] = t_two_sided_p(mean / (sd / math.sqrt(n)), n - 1) if sd > 0 else float(mean == 0)
+    adjusted = holm(p_values)
+    corrected = 1.0 - (1.0 - level) / max(len(family), 1)
+    return [
+        {
+            "arm": arm,
+            "difference": statistics.fmean(diffs[arm]),
+            "p": p_values[arm],
+            "holm_p": adjusted[arm],
+            "bonferroni": t_interval(diffs[arm], corrected),
+        }
+        for arm in family
+    ]
 
 
 def sampled_at(curve: list[dict], axis: str, x: float) -> float:
@@ -633,6 +726,7 @@ def summary_table(results: dict) -> str:
             f"| {_points([r['accuracy_before']['sampled'] for r in mine])} | {_points(after)} | {sd} "
             f"| {min(after) * 100:.1f} - {max(after) * 100:.1f} | {_diff_cell(diffs)} | {_diff_cell(diffs_3)} |"
         )
+    lines += _corrected_table(runs)
     lines += _class_tables(runs, arms, seeds, by)
     # Wall time is what a user waits for; on a shared machine, other processes' load slows runs unequally, and the
     # process's own CPU time is the steadier measure of the same cost.
@@ -689,6 +783,28 @@ def summary_table(results: dict) -> str:
         )
     lines += ["", NOT_RUN_NOTE, ""]
     return "\n".join(lines)
+
+
+def _corrected_table(runs: list[dict]) -> list[str]:
+    """`corrected_comparisons` as a table, when more than one selection arm was compared with arm 1."""
+    rows = corrected_comparisons(runs)
+    if len(rows) < 2:
+        return []
+    lines = [
+        "",
+        f"**Corrected for {len(rows)} comparisons** (the selection arms against arm 1 after the budget, as one family: "
+        f"the paired t-test's p, Holm's adjusted p, and the Bonferroni interval: each arm's at level 1 - 0.05 / {len(rows)})",
+        "",
+        "| arm | after - arm 1 | p | Holm p | Bonferroni interval |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for row in rows:
+        _, low, high = (v * 100 for v in row["bonferroni"])
+        lines.append(
+            f"| {row['arm']} | {row['difference'] * 100:+.1f} | {row['p']:.3f} | {row['holm_p']:.2f} "
+            f"| [{low:+.1f}, {high:+.1f}] |"
+        )
+    return lines
 
 
 def _held_out_size(plan: dict) -> int:

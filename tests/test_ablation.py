@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -94,7 +95,7 @@ def test_default_budget_is_what_arm_1_generates_in_the_demo():
 
 def test_t_interval_and_interpolation():
     mean, low, high = ablation.t_interval([0.1, 0.2, 0.3, 0.4, 0.5])
-    half = 2.776 * 0.158113883 / 5**0.5  # t(0.975, 4) x sd / sqrt(n)
+    half = 2.776445 * 0.158113883 / 5**0.5  # t(0.975, 4) x sd / sqrt(n)
     assert mean == pytest.approx(0.3) and low == pytest.approx(0.3 - half) and high == pytest.approx(0.3 + half)
     assert ablation.t_interval([0.2]) is None
     curve = [{"steps": 0, "accuracy": {"sampled": 0.1}}, {"steps": 10, "accuracy": {"sampled": 0.3}}]
@@ -176,3 +177,44 @@ def test_smoke_run_gives_equal_budgets_every_record_and_resumes(tmp_path):
     again = _smoke(tmp_path)  # resumable: the finished runs are skipped, nothing is rerun
     assert "0 runs to do, 3 already" in again.stdout
     assert json.loads((tmp_path / "results.json").read_text())["runs"] == results["runs"]
+
+
+def test_student_t_tails_and_quantiles():
+    """Against scipy.stats.t (not installed here; its values for these points)."""
+    assert ablation.t_two_sided_p(1.0, 1) == pytest.approx(0.5, abs=1e-9)  # Cauchy: P(|T| > 1) = 1/2
+    assert ablation.t_two_sided_p(2.5, 10) == pytest.approx(0.031446844, abs=1e-8)
+    assert ablation.t_two_sided_p(0.0, 4) == pytest.approx(1.0)
+    assert ablation.t_quantile(0.975, 4) == pytest.approx(2.776445105, abs=1e-7)
+    assert ablation.t_quantile(0.975, 30) == pytest.approx(2.042272456, abs=1e-7)
+    assert ablation.t_quantile(1 - 0.05 / 12, 4) == pytest.approx(4.851008443, abs=1e-6)  # Bonferroni, 6 arms
+    with pytest.raises(ValueError, match="probability"):
+        ablation.t_quantile(1.0, 4)
+
+
+def test_holm_adjusts_in_order_and_never_below_an_earlier_step():
+    # Holm: sorted p x (m - rank), made monotone, capped at 1
+    assert ablation.holm({"a": 0.01, "b": 0.04, "c": 0.03}) == pytest.approx({"a": 0.03, "b": 0.06, "c": 0.06})
+    assert ablation.holm({"a": 0.5, "b": 0.9}) == pytest.approx({"a": 1.0, "b": 1.0})
+    assert ablation.holm({"only": 0.02}) == {"only": 0.02}
+
+
+def test_corrected_comparisons_of_the_selection_arms():
+    """Five seeds of three selection arms against GRPO: each arm's paired t-test, Holm over the three, and the
+    Bonferroni interval (each at 0.05 / 3)."""
+    base = [0.20, 0.30, 0.25, 0.22, 0.28]
+    gains = {3: [0.0, 0.01, -0.01, 0.02, 0.0], 4: [0.05, 0.02, 0.04, 0.03, 0.06], 10: [0.1] * 5}
+    runs = [{"arm": 1, "seed": s, "accuracy_after": {"sampled": v}} for s, v in enumerate(base)]
+    runs += [
+        {"arm": arm, "seed": s, "accuracy_after": {"sampled": v + d}}
+        for arm, ds in gains.items()
+        for s, (v, d) in enumerate(zip(base, ds))
+    ]
+    runs += [{"arm": 9, "seed": s, "accuracy_after": {"sampled": v + 0.01 * s}} for s, v in enumerate(base)]
+    rows = ablation.corrected_comparisons(runs)
+    assert [row["arm"] for row in rows] == [3, 4, 9]  # the peer (10) is no selection arm
+    p = {row["arm"]: row["p"] for row in rows}
+    assert p[4] < p[9] < p[3]
+    assert rows[1]["holm_p"] == pytest.approx(3 * p[4]) and rows[2]["holm_p"] == pytest.approx(max(3 * p[4], 2 * p[9]))
+    mean, low, high = rows[1]["bonferroni"]
+    half = ablation.t_quantile(1 - 0.05 / 6, 4) * statistics.stdev(gains[4]) / 5**0.5
+    assert (mean, low, high) == pytest.approx((0.04, 0.04 - half, 0.04 + half))

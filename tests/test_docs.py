@@ -3,9 +3,14 @@ exception the package defines is in the troubleshooting page, and every link to 
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".toml", ".ipynb", ".txt", ".cfg"}
@@ -112,3 +117,37 @@ def test_api_page_documents_every_public_name():
     assert {"MathReward", "MathFormatReward"} <= set(reward_funcs.__all__)
     assert not set(reward_funcs.__all__) - members, "docs/api.md's reward_funcs block lacks these"
     assert not [name for name in trl_dapo_ext.__all__ if name not in page], "docs/api.md lacks these"
+
+
+def _make_docs_command() -> list[str]:
+    """The Makefile's `docs` recipe as an argument list, with this interpreter for $(PY)."""
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = re.search(r"^docs:.*\n\t(.+)$", makefile, re.M).group(1)
+    words = [w for w in recipe.split() if "=" not in w or w.startswith("-")]  # drop the VAR=value prefix
+    return [sys.executable if w == "$(PY)" else w for w in words]
+
+
+def test_make_docs_fails_on_a_warning(tmp_path):
+    """`make docs`'s own command on a two-page site with a broken link: the build must fail and name the link.
+
+    (mkdocs 1.6's --quiet drops warnings before --strict counts them, so such a build passed.)"""
+    pytest.importorskip("mkdocs")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "index.md").write_text("# Home\n\nSee [the missing page](missing.md).\n")
+    (tmp_path / "mkdocs.yml").write_text(
+        "site_name: planted\nnav:\n  - Home: index.md\nvalidation:\n  links:\n    not_found: warn\n"
+    )
+    command = [*_make_docs_command(), "-f", str(tmp_path / "mkdocs.yml"), "-d", str(tmp_path / "site")]
+    assert command[1:5] == ["-m", "mkdocs", "build", "--strict"], command
+    result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert result.returncode != 0, f"{' '.join(command[1:])} passed a site with a broken link"
+    assert "missing.md" in result.stdout + result.stderr
+
+
+def test_every_page_that_advises_on_switching_it_on_links_the_decision():
+    """The advice on switching dynamic sampling on lives in docs/choosing.md; the pages that talk about it link there
+    instead of giving advice of their own."""
+    pages = ["README.md", "docs/index.md", "docs/faq.md", "docs/dynamic-sampling.md", "docs/migration.md"]
+    unlinked = [page for page in pages if "choosing.md" not in (ROOT / page).read_text()]
+    assert not unlinked, f"{unlinked} do not link docs/choosing.md"
+    assert "dynamic_sampling=True, overlong" not in (ROOT / "docs" / "index.md").read_text()  # no plain opt-in

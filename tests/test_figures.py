@@ -97,3 +97,68 @@ def test_the_ablation_figures_are_the_results_tables():
     peer = next(cells for label, cells in rows.items() if label.startswith("peer: trl-cgrpo"))
     assert peer[3] == _ablation_cells(mixed, 10, 9)
     assert "docs/ablation.md" in why and "docs/choosing.md" in README
+
+
+def test_the_ablation_page_quotes_each_results_table_whole():
+    """docs/ablation.md carries each results.md verbatim (the site leaves the raw tables out: mkdocs.yml)."""
+    page = (ROOT / "docs" / "ablation.md").read_text()
+    for task in ("mixed", "demo"):
+        table = (ROOT / "docs" / "ablation_results" / task / "results.md").read_text().strip()
+        assert table in page, f"docs/ablation.md does not quote docs/ablation_results/{task}/results.md whole"
+
+
+def test_the_results_tables_are_what_the_records_give():
+    """docs/ablation_results/*/results.md, remade from the records beside them by benchmarks/ablation.py's own code
+    (the intervals, the corrected comparisons, the equal-time tables)."""
+    import json
+
+    from helpers import load_benchmark
+
+    ablation = load_benchmark("ablation")
+    for task in ("mixed", "demo"):
+        folder = ROOT / "docs" / "ablation_results" / task
+        records = json.loads((folder / "results.json").read_text())
+        assert (folder / "results.md").read_text() == ablation.summary_table(records), f"{task}: stale results.md"
+
+
+def _row(table: str, header_start: str, arm: int) -> list[str]:
+    return next(r for r in _table_rows(table, header_start) if r[0].split()[0] == str(arm))
+
+
+def test_the_screening_headline_stands_beside_its_corrections():
+    """Wherever a page quotes screening's gain over GRPO on the mixed task, it also gives Holm's p over the selection
+    arms, the Bonferroni interval, the comparison with arm 3 (GRPO with DAPO's loss: dynamic sampling off) and the
+    figure at equal CPU time with its generation rounds per step; none of it in bold, and no "safe choice"."""
+    mixed = (ROOT / "docs" / "ablation_results" / "mixed" / "results.md").read_text()
+    headline = _ablation_cells(mixed, 9, 9)
+    corrected = _row(mixed, "| arm | after - arm 1 | p | Holm p |", 9)
+    holm_p, bonferroni = f"p = {corrected[3]}", corrected[4]
+    against_arm_3 = _ablation_cells(mixed, 9, 10)
+    at_equal_cpu = mixed[mixed.index("**At equal CPU time**") :]
+    equal_cpu = _row(at_equal_cpu, "| arm | CPU s compared", 9)[4].replace(" (n=5)", "")
+    rounds = f"{float(_row(mixed, '| arm | completions per informative group |', 9)[2]):.1f}"
+    assert (headline, holm_p, bonferroni) == ("+2.1 [+0.7, +3.5]", "p = 0.09", "[-0.4, +4.6]")  # the scan's anchor
+    pages = [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
+    quoting = {}
+    for path in pages:
+        text = path.read_text().replace("\n", " ")
+        assert "safe choice" not in text, path.name
+        if headline in text:
+            quoting[path.name] = [f for f in (holm_p, bonferroni, against_arm_3, equal_cpu, rounds) if f not in text]
+            assert f"**{headline}**" not in text and f"{headline}**" not in text, f"{path.name}: the headline in bold"
+    assert {"README.md", "choosing.md", "ablation.md"} <= set(quoting), sorted(quoting)
+    assert not any(quoting.values()), {page: missing for page, missing in quoting.items() if missing}
+
+
+def test_the_check_reward_results_count_their_tables_rows():
+    """docs/preflight.md's "N completions" for each verifier is the sum of its table's cases."""
+    page = (ROOT / "docs" / "preflight.md").read_text()
+    section = page[page.index("### Results: TRL's `accuracy_reward`") :]
+    section = section[: section.index("\n## ", 1) if "\n## " in section[1:] else len(section)]
+    sums = []
+    rest = section
+    while "| category | cases |" in rest:
+        sums.append(sum(int(row[1]) for row in _table_rows(rest, "| category | cases |")))
+        rest = rest[rest.index("| category | cases |") + 1 :]
+    stated = [int(n) for n in re.findall(r"[;,] (\d+) completions", section)]
+    assert len(sums) == 2 and stated and set(stated) == set(sums), (stated, sums)

@@ -88,3 +88,32 @@ def test_the_layout_in_the_docs_matches_the_tree():
     _, docs_listed = _listed_modules((root / "docs" / "layout.md").read_text())
     assert docs_listed == modules, (sorted(modules - docs_listed), sorted(docs_listed - modules))
     assert "(docs/layout.md)" in (root / "README.md").read_text()  # one tree, linked from the README
+
+
+MAX_FUNCTION_LINES = 60
+MAX_README_LINES = 250
+# Long functions whose rewrite belongs to other work (the sandbox's and screening's own issues); each may not grow.
+LONG_FUNCTIONS = {
+    "trl_dapo_ext/dynamic_sampling/screening_rounds.py:_screening_round": 67,
+    "reward_funcs/code/sandboxed/collect.py:collect_calls": 82,
+    "reward_funcs/code/sandboxed/oracle.py:run_tests": 80,
+}
+
+
+def test_functions_and_the_readme_stay_short():
+    """Every function of both packages fits in MAX_FUNCTION_LINES (split a longer one by job), and the README in
+    MAX_README_LINES (details go to docs/)."""
+    import ast
+
+    long = {}
+    for package in ("trl_dapo_ext", "reward_funcs"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    lines = node.end_lineno - node.lineno + 1
+                    name = f"{path.relative_to(ROOT).as_posix()}:{node.name}"
+                    if lines > LONG_FUNCTIONS.get(name, MAX_FUNCTION_LINES):
+                        long[name] = lines
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
+    readme = (ROOT / "README.md").read_text().splitlines()
+    assert len(readme) <= MAX_README_LINES, f"README.md has {len(readme)} lines (at most {MAX_README_LINES})"

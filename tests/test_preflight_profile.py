@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -250,3 +251,33 @@ def test_cli_bad_input(demo, capsys, extra, message):
     assert profile_cli.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("trl-dapo profile: error:") and message in err
+
+
+def _printed_profile(successes: list[int], samples: int = 8, group: int = 8) -> str:
+    from pathlib import Path
+
+    from trl_dapo_ext.cli.profile.output import format_summary
+
+    rows = [[1.0] * c + [0.0] * (samples - c) for c in successes]
+    stats = [prompt_stats(i, r, [5] * samples, [False] * samples, group_size=group) for i, r in enumerate(rows)]
+    summary = summarize(stats, group_size=group)
+    summary.update(mean_prompt_length=20.0, max_completion_length=16)
+    return format_summary(summary, Path("out"), stats)
+
+
+@pytest.mark.parametrize("successes", [[0] * 60 + [8] * 20 + [4] * 20, [0] * 40 + [1] * 30 + [2] * 30])
+def test_profile_prints_each_quantity_once_with_its_unit_and_interval(successes):
+    """The zero-variance share once (not also as a retention), GRPO's cost once (not also as the planner's cost per
+    retained group), screening's saving with its interval, the threshold called a setting, no unmeasured mode."""
+    text = _printed_profile(successes)
+    lines = text.splitlines()
+    assert sum("zero-variance" in line for line in lines) == 1 and "retention" not in text
+    assert "completions per retained group" not in text
+    share = next(line for line in lines if line.startswith("zero-variance groups"))
+    assert re.search(r": \d+\.\d% of groups \[\d+\.\d%, \d+\.\d%\]$", share), share
+    grpo = [line for line in lines if line.strip().startswith("GRPO")]
+    assert len(grpo) == 1 and re.search(r": \d+\.\d completions \[\d+\.\d, \d+\.\d\]$", grpo[0]), grpo
+    saving = next(line for line in lines if "screening's saving" in line)
+    assert re.search(r"\d+% of GRPO's completions per informative group \[-?\d+%, -?\d+%\]$", saving), saving
+    assert "15% threshold is a setting" in text and "not a measured relation" in text
+    assert "k=2" not in text and "k = 2" not in text

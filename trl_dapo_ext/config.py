@@ -497,6 +497,15 @@ class DAPOConfig(GRPOConfig):
                 "num_generations divided by their common factors, e.g. per_device_train_batch_size="
                 f"{self.num_generations}."
             )
+        self._validate_screening()
+        if self.dynamic_sampling_reward_funcs is not None and not self.dynamic_sampling_reward_funcs:
+            raise ValueError(
+                "dynamic_sampling_reward_funcs=[] selects no reward function; leave it None to use every task reward."
+            )
+
+    def _validate_screening(self) -> None:
+        """Screening's probes (``dynamic_sampling_screen_generations``) and the rounds that screening or the fixed
+        budget size themselves."""
         screen = self.dynamic_sampling_screen_generations
         if screen is not None and (
             isinstance(screen, bool)
@@ -522,10 +531,6 @@ class DAPOConfig(GRPOConfig):
                 f"dynamic_sampling_screen_generations={screen} completes a prompt in the round after its probes, but "
                 f"dynamic_sampling_max_rounds={self.dynamic_sampling_max_rounds} allows one round; raise it to at "
                 "least 2."
-            )
-        if self.dynamic_sampling_reward_funcs is not None and not self.dynamic_sampling_reward_funcs:
-            raise ValueError(
-                "dynamic_sampling_reward_funcs=[] selects no reward function; leave it None to use every task reward."
             )
 
 

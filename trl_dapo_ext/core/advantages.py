@@ -95,31 +95,8 @@ def group_advantages(
     """
     _check_arguments(rewards, num_generations, estimator, scale, std, eps)
     grouped = rewards.view(-1, num_generations)
-
-    # Baseline: the group mean (GRPO, DeepSeekMath Sec. 4.1.2: mean(r)) or the mean of the other scorable siblings
-    # (leave-one-out, Kool et al. 2019; Ahmadian et al. 2024, Sec. 3: b_{-i} = 1/(G-1) sum_{j != i} r_j, so
-    # A_i^LOO = r_i - b_{-i}).
-    if estimator == "grpo":
-        baseline = torch.nanmean(grouped, dim=1, keepdim=True)
-    else:
-        scorable = torch.sum(~torch.isnan(grouped), dim=1, keepdim=True)
-        total = torch.nansum(grouped, dim=1, keepdim=True)
-        # (S - r_i) / (n - 1); with n == 1 this is 0/0 = NaN and becomes advantage 0 below.
-        baseline = (total - grouped) / (scorable - 1)
-    centred = grouped - baseline
-
-    # Scale: divide by the group's or the batch's spread, or not at all (DeepSeekMath Sec. 4.1.2's std(r), with
-    # eps added as TRL does; "group" | "batch" | "none" are TRL's scale_rewards values).
-    if scale == "none":
-        advantages = centred
-    else:
-        if scale == "group":
-            spread = nan_std(grouped, dim=1, kind=std, keepdim=True)
-        else:
-            spread = nan_std(rewards, kind=std)
-        denominator = spread + eps
-        # NaN (fewer than two scorable) or 0 (eps == 0, no contrast) denominators carry no signal: advantage 0.
-        advantages = torch.where(denominator > 0, centred / denominator, torch.zeros_like(centred))
+    centred = grouped - _baseline(grouped, estimator)
+    advantages = _scaled(centred, grouped, rewards, scale, std, eps)
 
     # Zero-variance branch, explicit: a group whose scorable rewards are all equal has no contrast. Without it, the
     # rounding error of its mean (an ulp) divided by std + eps (1e-4) would leak noise of order 1e-4 into the update.
@@ -127,6 +104,33 @@ def group_advantages(
     has_contrast = (highest > lowest).unsqueeze(1)
     advantages = torch.where(has_contrast, advantages, torch.zeros_like(advantages))
     return torch.nan_to_num(advantages, nan=0.0).view_as(rewards)
+
+
+def _baseline(grouped: torch.Tensor, estimator: Estimator) -> torch.Tensor:
+    """Each row's baseline, shaped ``[groups, 1]`` (GRPO) or like ``grouped`` (leave-one-out)."""
+    # The group mean (GRPO, DeepSeekMath Sec. 4.1.2: mean(r)) or the mean of the other scorable siblings
+    # (leave-one-out, Kool et al. 2019; Ahmadian et al. 2024, Sec. 3: b_{-i} = 1/(G-1) sum_{j != i} r_j, so
+    # A_i^LOO = r_i - b_{-i}).
+    if estimator == "grpo":
+        return torch.nanmean(grouped, dim=1, keepdim=True)
+    scorable = torch.sum(~torch.isnan(grouped), dim=1, keepdim=True)
+    total = torch.nansum(grouped, dim=1, keepdim=True)
+    # (S - r_i) / (n - 1); with n == 1 this is 0/0 = NaN and becomes advantage 0 in group_advantages.
+    return (total - grouped) / (scorable - 1)
+
+
+def _scaled(
+    centred: torch.Tensor, grouped: torch.Tensor, rewards: torch.Tensor, scale: Scale, std: StdKind, eps: float
+) -> torch.Tensor:
+    """``centred`` divided by the group's or the batch's spread plus ``eps``, or unscaled."""
+    # DeepSeekMath Sec. 4.1.2's std(r), with eps added as TRL does; "group" | "batch" | "none" are TRL's
+    # scale_rewards values.
+    if scale == "none":
+        return centred
+    spread = nan_std(grouped, dim=1, kind=std, keepdim=True) if scale == "group" else nan_std(rewards, kind=std)
+    denominator = spread + eps
+    # NaN (fewer than two scorable) or 0 (eps == 0, no contrast) denominators carry no signal: advantage 0.
+    return torch.where(denominator > 0, centred / denominator, torch.zeros_like(centred))
 
 
 def _check_arguments(

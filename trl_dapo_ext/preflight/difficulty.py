@@ -27,7 +27,7 @@ from typing import Any
 
 from trl_dapo_ext.dynamic_sampling.planner import RefillPlanner
 from trl_dapo_ext.dynamic_sampling.profile_table import PromptStats, read_table, seed_history, write_table
-from trl_dapo_ext.preflight.recommend import recommend_mode
+from trl_dapo_ext.preflight.recommend import THRESHOLD_NOTE, recommend_mode
 
 __all__ = [
     "PromptStats",
@@ -166,7 +166,8 @@ def summarize(stats: Sequence[PromptStats], group_size: int, batch_groups: int =
         "truncated_share": round(sum(s.truncated * s.samples for s in stats) / completions, 4),
     }
     summary.update(planner_cost(retention, len(stats), group_size, batch_groups))
-    choice = recommend_mode([s.pass_rate for s in stats], group_size, binary=summary["binary_reward"])
+    successes, scored = _counts(stats)
+    choice = recommend_mode(successes, scored, group_size, binary=summary["binary_reward"])
     summary["recommendation"] = {
         "mode": choice.mode,
         "config": choice.config,
@@ -174,8 +175,18 @@ def summarize(stats: Sequence[PromptStats], group_size: int, batch_groups: int =
         "completions_per_informative_group": {
             name: round(cost, 2) if math.isfinite(cost) else None for name, cost in choice.costs.items()
         },
+        "saving": round(choice.saving, 4) if choice.saving is not None else None,
+        "intervals_95": {name: [round(v, 4) for v in bounds] for name, bounds in choice.intervals.items()},
+        "threshold": THRESHOLD_NOTE,
     }
     return summary
+
+
+def _counts(stats: Sequence[PromptStats]) -> tuple[list[int], list[int]]:
+    """Per prompt, its passes and its scorable samples (``passed / pass_rate``; all its samples when none passed,
+    which gives the same estimates: a prompt never seen to pass reads as never solved)."""
+    scored = [round(s.passed / s.pass_rate) if s.pass_rate > 0 else s.samples for s in stats]
+    return [s.passed for s in stats], scored
 
 
 def in_band(stats: Sequence[PromptStats], low: float, high: float) -> list[int]:

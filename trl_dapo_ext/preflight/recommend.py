@@ -1,31 +1,38 @@
-"""Which group-selection mode to switch on for a dataset, from its measured pass rates at the group size G.
+"""Which group-selection mode to switch on for a dataset, from the completions `trl-dapo profile` sampled per prompt.
 
-`trl-dapo profile` measures each prompt's pass rate; from them this module computes the expected completions per
-informative group (a group whose rewards differ, the only kind that carries a gradient) of each mode, with the
-simulator's model (`benchmarks/rollout_efficiency.py`, binary rewards, prompts drawn from the measured pass rates,
-no prompt history):
+From each prompt's successes among its K sampled completions this module estimates the expected completions per
+informative group (a group whose rewards differ, the only kind that carries a gradient) of the modes the
+equal-compute ablation measured (docs/ablation.md), with the simulator's model (`benchmarks/rollout_efficiency.py`:
+binary rewards, prompts drawn from the dataset, no prompt history):
 
-* **plain GRPO** (dynamic sampling off), and DAPO's **refill**, which generates full groups as GRPO does and only
-  drops the zero-variance ones afterwards: ``G / r``, with ``r`` the share of prompts whose group of G is mixed;
-* **screening** (``dynamic_sampling_screen_generations=k``): ``k`` probes first, a full group only for the prompts
-  that can teach; the least cost any k-probe rule reaches (`dynamic_sampling.screening.probe_rule_bound`), for each
-  ``k`` that divides ``G``.
+* **plain GRPO** (dynamic sampling off), and DAPO's **refill**, which generates the same full groups and only drops
+  the zero-variance ones afterwards: ``G / r``, with ``r`` the share of prompts whose group of G is mixed;
+* **screening at GRPO's budget** with ``k = 4`` probes (`MEASURED_PROBES`, the one screening setting the ablation
+  ran): ``k`` probes first, a full group only for the prompts that can teach; the least cost any k-probe rule reaches
+  (the model of `dynamic_sampling.screening.probe_rule_bound`). Other probe counts were never measured in training,
+  so they are never recommended.
+
+**Estimates without plug-in bias.** Every cost above is a ratio of means over prompts of ``p^j`` and ``(1 - p)^j``
+with ``j <= G``. From ``c`` successes in ``K >= G`` samples, ``C(c, j) / C(K, j)`` estimates ``p^j`` without bias
+(the chance that ``j`` of the K samples, drawn without replacement, all passed), so each mean is unbiased and the
+costs are consistent as prompts grow. Plugging ``c / K`` in for ``p`` is not: with ``K = G = 8`` it reads every
+prompt with a mixed sample as mixed at G, and a true saving of 11% as about 20% (tests/test_recommend.py simulates
+it). The 95% intervals are a bootstrap over prompts: resampling prompts resamples both which prompts were profiled
+and their sampling noise. More prompts (``--max-prompts``) or samples (``--samples K``) narrow them.
 
 The recommendation is screening at GRPO's budget (``dynamic_sampling_fixed_budget=True``: GRPO's completions and
-optimizer steps, more informative groups per step) when it saves at least `MIN_SAVING` of GRPO's completions per
-informative group, plain GRPO otherwise. Refill is never the recommendation for a generation budget: at an equal
-number of completions it trains on the same informative groups as GRPO in fewer, larger steps (docs/ablation.md).
+optimizer steps, more informative groups per step) when its estimated saving is at least `MIN_SAVING` of GRPO's
+completions per informative group, plain GRPO otherwise. Refill is never the recommendation for a generation
+budget: at an equal number of completions it trains on the same informative groups as GRPO in fewer, larger steps.
 
-Example (half the prompts always solved, half at pass rate 1/2; G = 8):
-    >>> choice = recommend_mode([1.0] * 50 + [0.5] * 50, group_size=8)
-    >>> choice.mode, choice.config["dynamic_sampling_screen_generations"]
-    ('screening at GRPO budget', 2)
-    >>> round(choice.costs["grpo"], 1), round(choice.costs["screening k=2"], 1)
-    (16.1, 11.4)
+Example (five prompts never solved, five solved 4 times in 8; G = 8):
+    >>> choice = recommend_mode([0] * 5 + [4] * 5, samples=8, group_size=8)
+    >>> choice.mode, round(choice.costs["grpo"], 1), round(choice.costs["screening k=4"], 1)
+    ('screening at GRPO budget', 16.0, 12.1)
 
-    GRPO: a group is mixed with chance 0.5 x (1 - 2 / 2^8) = 0.496, 8 / 0.496 completions each. Screening with 2
-    probes, completing the mixed prompts and those whose 2 probes both failed (only pass rate 1/2 prompts: 1/8 of
-    all): 2 + 6 x (1/4 + 1/8) = 4.25 completions per prompt for 0.373 informative groups, 11.4 each.
+    GRPO: half the groups are mixed, 8 / 0.5 = 16 completions each. Screening: a never-solved prompt costs its 4
+    probes instead of 8, and a prompt at 4 of 8 costs 8 for its informative group: (5 x 4 + 5 x 8) / 5 = 12 per
+    informative group, a little more since such a prompt's 4 probes can agree.
 """
 
 from __future__ import annotations
@@ -37,88 +44,189 @@ from typing import Any
 
 import numpy as np
 
-from trl_dapo_ext.dynamic_sampling.screening import mixed_chance, probe_rule_bound
-
-# Screening is recommended when it saves at least this share of GRPO's completions per informative group: below it
-# the saving is within what one run's noise and the extra generation round per step cost.
+# Screening is recommended when it saves at least this share of GRPO's completions per informative group. A setting,
+# not a measured relation: no run has measured at which saving screening's accuracy gain starts (docs/choosing.md).
 MIN_SAVING = 0.15
+# The one probe count the equal-compute ablation trained with (arm 9: k = 4 of G = 8, at GRPO's budget).
+MEASURED_PROBES = 4
+SCREENING = f"screening k={MEASURED_PROBES}"
+THRESHOLD_NOTE = (
+    f"the {MIN_SAVING:.0%} threshold is a setting (trl_dapo_ext.preflight.recommend.MIN_SAVING), not a measured "
+    "relation between the saving and accuracy"
+)
+BOOTSTRAP_DRAWS = 1000
+# Below this, a share of groups is rounding error of 1 - p^G - (1-p)^G: no group is mixed.
+_NONE = 1e-12
 
 
 @dataclass(frozen=True)
 class Recommendation:
-    """The mode to use, the config fields that set it, why, and each mode's expected completions per informative
-    group (``math.inf`` when no prompt can give one)."""
+    """The mode to use, the config fields that set it, why, and the estimates behind it.
+
+    ``costs``: each measured mode's expected completions per informative group (``math.inf`` when no prompt can give
+    one); ``intervals``: 95% bootstrap intervals of ``zero_variance_share``, each cost and ``saving`` (screening's
+    share of GRPO's cost saved), where they could be estimated."""
 
     mode: str
     config: dict[str, Any]
     reason: str
     costs: dict[str, float] = field(default_factory=dict)
     zero_variance_share: float = 0.0
+    saving: float | None = None
+    intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
-def recommend_mode(pass_rates: Sequence[float], group_size: int, binary: bool = True) -> Recommendation:
-    """The selection mode for prompts with these pass rates at group size ``group_size`` (see the module docstring).
+def power_estimates(successes: Sequence[int], samples: Sequence[int], power: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per prompt, unbiased estimates of ``p^power`` and ``(1 - p)^power`` from ``successes`` of ``samples`` draws.
+
+    A prompt with fewer samples than ``power`` cannot form a group: it counts as never solved (``0`` and ``1``), as
+    TRL would see no contrast in it.
+
+    >>> [a.tolist() for a in power_estimates([3, 0], [4, 4], 2)]
+    [[0.5, 0.0], [0.0, 1.0]]
+    """
+    high = [math.comb(c, power) / math.comb(n, power) if n >= power else 0.0 for c, n in zip(successes, samples)]
+    low = [math.comb(n - c, power) / math.comb(n, power) if n >= power else 1.0 for c, n in zip(successes, samples)]
+    return np.asarray(high, dtype=float), np.asarray(low, dtype=float)
+
+
+def _costs(means: np.ndarray, probes: int, group_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """GRPO's and screening's completions per informative group from the means of ``p^k, (1-p)^k, p^G, (1-p)^G``
+    (last axis; any leading axes are bootstrap draws): `probe_rule_bound`'s four rules, on estimated moments."""
+    high_k, low_k, high_g, low_g = np.moveaxis(means, -1, 0)
+    retention = 1.0 - high_g - low_g
+    mixed = 1.0 - high_k - low_k  # probes that differ: always completed
+    rest = group_size - probes
+    # Agreeing prompts of each direction are completed all or none (a ratio objective is optimal at a vertex):
+    # (completed share of agreeing prompts, informative groups they give) per option; both directions = GRPO.
+    options = ((0.0, 0.0), (high_k, high_k - high_g), (low_k, low_k - low_g), (high_k + low_k, retention - mixed))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        grpo = np.where(retention > _NONE, group_size / retention, np.inf)
+        best = np.full(np.shape(retention), np.inf)
+        for agree, gain in options:
+            informative = mixed + gain
+            best = np.minimum(
+                best, np.where(informative > _NONE, (probes + rest * (mixed + agree)) / informative, np.inf)
+            )
+    return grpo, best
+
+
+def estimate_costs(
+    successes: Sequence[int], samples: Sequence[int], group_size: int, probes: int = MEASURED_PROBES, seed: int = 0
+) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
+    """Point estimates of the zero-variance share, GRPO's and screening's completions per informative group and the
+    saving, and their 95% bootstrap intervals over prompts (see the module docstring)."""
+    columns = [*power_estimates(successes, samples, probes), *power_estimates(successes, samples, group_size)]
+    table = np.stack(columns, axis=1)  # prompts x 4
+    draws = np.random.default_rng(seed).integers(0, len(table), size=(BOOTSTRAP_DRAWS, len(table)))
+    resampled = table[draws].mean(axis=1)  # draws x 4
+    values, intervals = {}, {}
+    for means, out in ((table.mean(axis=0), values), (resampled, intervals)):
+        grpo, screening = _costs(means, probes, group_size)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            saving = np.where(np.isfinite(grpo), 1.0 - screening / grpo, 0.0)
+        out.update(
+            {
+                "zero_variance_share": means[..., 2] + means[..., 3],
+                "grpo": grpo,
+                SCREENING: screening,
+                "saving": saving,
+            }
+        )
+    points = {name: float(value) for name, value in values.items()}
+    # The draws' own values as bounds (no interpolation: a cost can be infinite in a draw without mixed groups).
+    bounds = {
+        name: (float(np.percentile(draw, 2.5, method="lower")), float(np.percentile(draw, 97.5, method="higher")))
+        for name, draw in intervals.items()
+    }
+    return points, bounds
+
+
+def recommend_mode(
+    successes: Sequence[int], samples: Sequence[int] | int, group_size: int, binary: bool = True
+) -> Recommendation:
+    """The selection mode for prompts with these ``successes`` out of ``samples`` each (one count for all, or one
+    per prompt; each ``>= group_size``) at group size ``group_size`` (see the module docstring).
 
     ``binary``: whether the reward is right/wrong; the screening model assumes it, so a graded reward gets plain
     GRPO with a note.
     """
-    if group_size < 2:
-        raise ValueError(f"group_size must be >= 2 (a group of 1 never has contrast), got {group_size}")
-    p = np.clip(np.asarray(pass_rates, dtype=float), 0.0, 1.0)
-    if p.size == 0:
-        raise ValueError("no pass rates: profile at least one prompt")
-    retention = float(np.mean(mixed_chance(p, group_size)))
-    zero_variance = 1.0 - retention
-    grpo = group_size / retention if retention > 0 else math.inf
-    costs = {"grpo": grpo, "refill": grpo}
-    for k in (k for k in range(2, group_size) if group_size % k == 0 and k <= 4):
-        costs[f"screening k={k}"] = probe_rule_bound(p, k, group_size)[0] if retention > 0 else math.inf
+    counts = _checked_counts(successes, samples, group_size)
+    points, intervals = estimate_costs(*counts, group_size)
+    measurable = group_size % MEASURED_PROBES == 0 and group_size > MEASURED_PROBES
+    # Only what the model covers: screening's figures where its measured k fits G, nothing but the share for a
+    # graded reward (the pass counts are then not the rewards the groups would differ in).
+    shown = ("zero_variance_share",) + (("grpo",) + ((SCREENING, "saving") if measurable else ()) if binary else ())
+    costs = {name: points[name] for name in shown if name in ("grpo", SCREENING)}
+    estimate = dict(
+        costs=costs,
+        zero_variance_share=points["zero_variance_share"],
+        intervals={name: intervals[name] for name in shown},
+    )
     off = {"dynamic_sampling": False}
-    if retention <= 0:
-        return Recommendation(
-            "no mode can help",
-            off,
+    if not math.isfinite(points["grpo"]):
+        reason = (
             f"no prompt gives a mixed group at G = {group_size} (every group is all right or all wrong): no method "
             "learns from these prompts; keep prompts the model sometimes solves (`trl-dapo profile --keep-band 0.01 "
-            "0.99`) or start from a stronger model",
-            costs,
-            zero_variance,
+            "0.99`) or start from a stronger model"
         )
+        return Recommendation("no mode can help", off, reason, **estimate)
     if not binary:
-        return Recommendation(
-            "plain GRPO",
-            off,
+        reason = (
             "the reward is graded: the screening model assumes right/wrong rewards; measure "
-            "`dynamic_sampling/completions_per_informative_group` in a short screening run before switching it on",
-            costs,
-            zero_variance,
+            "`dynamic_sampling/completions_per_informative_group` in a short screening run before switching it on"
         )
-    screens = {name: cost for name, cost in costs.items() if name.startswith("screening")}
-    best = min(screens, key=lambda name: (screens[name], name)) if screens else None
-    saving = 1.0 - screens[best] / grpo if best else 0.0
-    if best is None or saving < MIN_SAVING:
-        return Recommendation(
-            "plain GRPO",
-            off,
-            f"{zero_variance:.0%} of groups at G = {group_size} are zero-variance: screening would save "
-            f"{max(saving, 0.0):.0%} of GRPO's {grpo:.1f} completions per informative group, below "
-            f"{MIN_SAVING:.0%}; leave dynamic sampling off",
-            costs,
-            zero_variance,
+        return Recommendation("plain GRPO", off, reason, **estimate)
+    if not measurable:
+        reason = (
+            f"screening was measured with k = {MEASURED_PROBES} probes only, which needs G a multiple of "
+            f"{MEASURED_PROBES} above it (G = {group_size}); leave dynamic sampling off"
         )
-    k = int(best.split("=")[1])
+        return Recommendation("plain GRPO", off, reason, **estimate)
+    return _screening_or_not(points, intervals["saving"], group_size, estimate)
+
+
+def _checked_counts(
+    successes: Sequence[int], samples: Sequence[int] | int, group_size: int
+) -> tuple[list[int], list[int]]:
+    """``successes`` and per-prompt ``samples`` as int lists; a clear error for counts no estimate can use."""
+    if group_size < 2:
+        raise ValueError(f"group_size must be >= 2 (a group of 1 never has contrast), got {group_size}")
+    successes = [int(c) for c in successes]
+    if not successes:
+        raise ValueError("no prompts: profile at least one prompt")
+    samples = [int(samples)] * len(successes) if isinstance(samples, int) else [int(n) for n in samples]
+    if len(samples) != len(successes) or any(not 0 <= c <= n for c, n in zip(successes, samples)):
+        raise ValueError("need one sample count per prompt and 0 <= successes <= samples")
+    if max(samples) < group_size:
+        raise ValueError(f"need at least G = {group_size} samples per prompt to estimate a group's chances")
+    return successes, samples
+
+
+def _screening_or_not(
+    points: dict[str, float], saving_interval: tuple[float, float], group_size: int, estimate: dict[str, Any]
+) -> Recommendation:
+    """Screening at GRPO's budget when its estimated saving reaches `MIN_SAVING`, plain GRPO otherwise."""
+    saving, (low, high) = points["saving"], saving_interval
+    said = (
+        f"screening with k = {MEASURED_PROBES} probes would save an estimated {saving:.0%} [{low:.0%}, {high:.0%}] "
+        f"of GRPO's completions per informative group at G = {group_size}"
+    )
+    unsure = (
+        f"; the interval includes {MIN_SAVING:.0%}: more prompts or samples would settle it"
+        if low < MIN_SAVING <= high
+        else ""
+    )
+    if saving < MIN_SAVING:
+        reason = f"{said}, below {MIN_SAVING:.0%}{unsure}; leave dynamic sampling off"
+        return Recommendation("plain GRPO", {"dynamic_sampling": False}, reason, saving=saving, **estimate)
     config = {
         "dynamic_sampling": True,
-        "dynamic_sampling_screen_generations": k,
+        "dynamic_sampling_screen_generations": MEASURED_PROBES,
         "dynamic_sampling_fixed_budget": True,
     }
-    return Recommendation(
-        "screening at GRPO budget",
-        config,
-        f"{zero_variance:.0%} of groups at G = {group_size} are zero-variance: screening with k = {k} probes costs "
-        f"about {screens[best]:.1f} completions per informative group against GRPO's {grpo:.1f} ({saving:.0%} less; "
-        "prompt history lowers it further over epochs). At GRPO's budget it keeps GRPO's completions and optimizer "
-        "steps and trains on more informative groups per step",
-        costs,
-        zero_variance,
+    reason = (
+        f"{said}{unsure}. At GRPO's budget it keeps GRPO's completions and optimizer steps and trains on more "
+        "informative groups per step; compare it with dynamic sampling off on your task (docs/choosing.md)"
     )
+    return Recommendation("screening at GRPO budget", config, reason, saving=saving, **estimate)

@@ -6,11 +6,13 @@ max_completion_length; vLLM when it is installed and a GPU is present, transform
 scores them with the reward functions, and reports:
 
 * the pass-rate histogram (a completion passes when its summed reward is >= ``--pass-threshold``);
-* the share of prompts whose group of G would be zero-variance (it teaches nothing): per prompt ``p^G + (1-p)^G``
-  for binary rewards (estimated without bias from the K samples), measured on groups of G otherwise; the expected
-  retention of dynamic sampling is one minus that share (``1 - p^G - (1-p)^G`` per prompt);
-* what the refill planner (``trl_dapo_ext/dynamic_sampling/planner.py``) expects to generate per retained group,
-  and its first round;
+* the share of groups of G that would be zero-variance (they teach nothing): per prompt ``p^G + (1-p)^G`` for
+  binary rewards (estimated without bias from the K samples), measured on groups of G otherwise;
+* the expected completions per informative group of GRPO (dynamic sampling off) and of screening at GRPO's budget
+  with 4 probes, the one screening setting the equal-compute ablation measured, and screening's saving, each with a
+  95% interval (trl_dapo_ext/preflight/recommend.py), and the mode to use (the 15% threshold on the saving is a
+  setting, not a measured relation);
+* the refill planner's first round (``trl_dapo_ext/dynamic_sampling/planner.py``);
 * completion lengths and the share truncated at max_completion_length.
 
 It writes ``prompts.jsonl`` (per prompt: dataset index, pass rate, mean reward, mean length, zero-variance chance)
