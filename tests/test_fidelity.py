@@ -357,6 +357,51 @@ def test_filtering_rescales_each_prompts_update_by_its_acceptance(estimator, sca
         torch.testing.assert_close(kept * acceptance, unconditional, rtol=1e-10, atol=1e-12)
 
 
+def brute_force_screening(p: float, G: int, k: int, eps: float = 1e-4) -> tuple[float, float, float]:
+    """Screening's selection effect in plain Python, independently of docs/scripts/estimators.py: probe-row and
+    other-row mean advantage over the groups whose first k rewards differ, and their update over DAPO's."""
+    import itertools
+    import statistics
+
+    probe = other = kept_mass = screen_update = dapo_update = 0.0
+    for bits in itertools.product((0, 1), repeat=G):
+        weight = math.prod(p if b else 1 - p for b in bits)
+        mean, std = sum(bits) / G, statistics.stdev(bits)
+        advantages = [(b - mean) / (std + eps) for b in bits]
+        update = sum(a * (1 / p if b else -1 / (1 - p)) for a, b in zip(advantages, bits)) / G
+        if 0 < sum(bits) < G:
+            dapo_update += weight * update
+        if 0 < sum(bits[:k]) < k:
+            kept_mass += weight
+            screen_update += weight * update
+            probe += weight * sum(advantages[:k]) / k
+            other += weight * sum(advantages[k:]) / (G - k)
+    return probe / kept_mass, other / kept_mass, screen_update / dapo_update
+
+
+@pytest.mark.parametrize("p", [0.1, 0.3, 0.5, 0.9])
+def test_screenings_selection_effect_matches_a_brute_force_enumeration(p):
+    found = estimators.screening_selection(p, 8, 4)
+    probe, other, ratio = brute_force_screening(p, 8, 4)
+    assert found["probe_advantage"] == pytest.approx(probe, abs=1e-9)
+    assert found["completion_advantage"] == pytest.approx(other, abs=1e-9)
+    assert found["update_ratio"] == pytest.approx(ratio, rel=1e-9)
+
+
+def test_screening_figures_quoted_on_the_estimators_page():
+    """The figures docs/estimators.md states in prose, recomputed."""
+    rare = estimators.screening_selection(0.1, 8, 4)
+    assert round(rare["probe_advantage"], 2) == 0.25 and round(rare["completion_advantage"], 2) == -0.25
+    assert round(rare["update_ratio"], 2) == round(estimators.screening_selection(0.9, 8, 4)["update_ratio"], 2)
+    assert round(rare["update_ratio"], 2) == 0.63
+    assert round(estimators.screening_selection(0.5, 8, 4)["update_ratio"], 2) == 0.89
+    cosines = estimators.screening_graded_cosines()
+    assert cosines["dapo"] == pytest.approx(1.0, abs=1e-12) and round(cosines["screening"], 4) == 0.9986
+    page = estimators.PAGE_PATH.read_text()
+    for quoted in ("+0.25", "-0.25", "0.63 times", "0.89 times", "0.9986"):
+        assert quoted in page
+
+
 def test_estimators_page_tables_are_current():
     # The generated part of docs/estimators.md must be what docs/scripts/estimators.py computes now.
     page = estimators.PAGE_PATH.read_text()

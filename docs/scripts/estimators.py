@@ -65,6 +65,11 @@ MIXED_PROBABILITIES = (0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99)
 # Dynamic sampling's accepted law: seven prompts, equally likely in the dataset, from unsolvable to always solved.
 PROMPT_SUCCESS = (0.0, 0.02, 0.1, 0.3, 0.5, 0.9, 1.0)
 ACCEPTED_GROUP_SIZE = 8
+# Screening's selection: a group is kept when its first k rows (the probes) are mixed, not when its G rows are.
+SCREEN_GROUP_SIZE, SCREEN_PROBES = 8, 4
+SCREEN_SUCCESS = (0.1, 0.3, 0.5, 0.7, 0.9)
+# A graded reward (three answers worth 0, 0.5 and 1) and a small group, where the direction can move.
+SCREEN_GRADED = {"pi": (0.6, 0.3, 0.1), "rewards": (0.0, 0.5, 1.0), "G": 4, "k": 2}
 
 
 def true_gradient(logits: torch.Tensor, rewards: torch.Tensor) -> torch.Tensor:
@@ -84,13 +89,15 @@ def expected_gradient(
     eps: float = TRAINER_EPS,
     groups: int = 1,
     informative_only: bool = False,
+    kept_on_first: int | None = None,
 ) -> torch.Tensor:
     """Exact ``E[(1/(B G)) sum_i A_i grad log pi(Y_i)]`` over every batch of ``B = groups`` iid groups of ``G``.
 
     ``A_i`` comes from `group_advantages` with the given estimator and scaling, the rewards and sampling
     probabilities are held fixed (as in the trainer, where they are computed without gradients), and only
     ``log pi`` is differentiated: the score-function (REINFORCE) estimator, at the rollout policy.
-    ``informative_only=True`` (one group) conditions on the group passing dynamic sampling's filter.
+    ``informative_only=True`` (one group) conditions on the group passing dynamic sampling's filter;
+    ``kept_on_first=k`` (one group) on its first ``k`` rewards passing it (screening's selection on its probes).
     """
     theta = logits.detach().double().clone().requires_grad_(True)
     log_probs = torch.log_softmax(theta, dim=0)
@@ -98,10 +105,11 @@ def expected_gradient(
     outcomes = torch.tensor(list(itertools.product(range(len(rewards)), repeat=size)))  # (K**size, size)
     probability = log_probs.detach().exp()[outcomes].prod(dim=1)
     outcome_rewards = rewards.double()[outcomes]
-    if informative_only:
+    if informative_only or kept_on_first is not None:
         if groups != 1:
-            raise ValueError("informative_only conditions one group on the filter: use groups=1")
-        kept = informative_groups(outcome_rewards.reshape(-1), num_generations).double()
+            raise ValueError("informative_only / kept_on_first condition one group on the filter: use groups=1")
+        first = kept_on_first or num_generations
+        kept = informative_groups(outcome_rewards[:, :first].reshape(-1), first).double()
         probability = probability * kept / (probability * kept).sum()
     arguments = dict(estimator=estimator, scale=scale, std=std if std != "-" else "sample", eps=eps)
     if scale == "batch":  # the batch statistic is per sampled batch: one call per outcome, vectorised by vmap
@@ -162,6 +170,74 @@ def accepted_law(
         "accepted_success": (probability * right / num_generations).sum(dim=1) / safe,
         "pair_success": (probability * outcomes[:, 0] * outcomes[:, 1]).sum(dim=1) / safe,
     }
+
+
+def screening_selection(success: float, num_generations: int, probes: int, eps: float = TRAINER_EPS) -> dict:
+    """Screening's selection against DAPO's filter for one prompt with binary rewards, exact over all ``2**G`` groups.
+
+    Screening keeps a group when its first ``probes`` rows are mixed (and completes no agreeing prompt); DAPO keeps
+    it when its ``G`` rows are. Advantages: `group_advantages` with TRL's defaults (group mean, ``scale="group"``,
+    sample std, the trainer's eps). The update of one group along the success rate is ``(1/G) sum_i A_i s_i`` with
+    ``s_i = d log P(R_i) / dp`` (``1/p`` for a right answer, ``-1/(1-p)`` for a wrong one). Returns the mean
+    advantage of the probe rows and of the other rows over the groups screening keeps, the expected update per
+    prompt of screening over DAPO's (``update_ratio``) and the chance of keeping over DAPO's (``kept_ratio``).
+    """
+    outcomes = binary_outcomes(num_generations)
+    right = outcomes.sum(dim=1)
+    probability = success**right * (1 - success) ** (num_generations - right)
+    advantages = group_advantages(
+        outcomes.reshape(-1), num_generations, estimator="grpo", scale="group", std="sample", eps=eps
+    ).view_as(outcomes)
+    score = outcomes / success - (1 - outcomes) / (1 - success)
+    update = (advantages * score).sum(dim=1) / num_generations
+    dapo = informative_groups(outcomes.reshape(-1), num_generations).double()
+    screen = informative_groups(outcomes[:, :probes].reshape(-1), probes).double()
+    kept = probability * screen
+    return {
+        "probe_advantage": float((kept * advantages[:, :probes].mean(dim=1)).sum() / kept.sum()),
+        "completion_advantage": float((kept * advantages[:, probes:].mean(dim=1)).sum() / kept.sum()),
+        "update_ratio": float((kept * update).sum() / (probability * dapo * update).sum()),
+        "kept_ratio": float(kept.sum() / (probability * dapo).sum()),
+    }
+
+
+def screening_graded_cosines() -> dict[str, float]:
+    """Cosine of the expected update to the policy gradient, DAPO's filter against screening's, on
+    :data:`SCREEN_GRADED` with ``scale_rewards="none"`` (where DAPO's filter keeps the direction exactly)."""
+    case = SCREEN_GRADED
+    logits = torch.tensor(case["pi"], dtype=torch.float64).log()
+    rewards = torch.tensor(case["rewards"], dtype=torch.float64)
+    truth = true_gradient(logits, rewards)
+    cosines = {}
+    for name, first in (("dapo", None), ("screening", case["k"])):
+        estimate = expected_gradient(
+            logits, rewards, case["G"], "grpo", "none", informative_only=first is None, kept_on_first=first
+        )
+        cosines[name] = float(estimate @ truth / (estimate.norm() * truth.norm()))
+    return cosines
+
+
+def screening_table() -> str:
+    G, k = SCREEN_GROUP_SIZE, SCREEN_PROBES
+    lines = [
+        "| p | mean advantage, probe rows | mean advantage, other rows | expected update / DAPO's | kept / DAPO's |",
+        "|---|---|---|---|---|",
+    ]
+    for p in SCREEN_SUCCESS:
+        found = screening_selection(p, G, k)
+        lines.append(
+            f"| {p} | {round(found['probe_advantage'], 3) + 0.0:+.3f} | {round(found['completion_advantage'], 3) + 0.0:+.3f} "
+            f"| {found['update_ratio']:.3f} | {found['kept_ratio']:.3f} |"
+        )
+    cosines = screening_graded_cosines()
+    case = SCREEN_GRADED
+    lines += [
+        "",
+        f"Graded reward: rewards {case['rewards']}, policy {case['pi']}, G = {case['G']}, k = {case['k']}, "
+        f'`scale_rewards="none"`: the expected update\'s cosine to the policy gradient is '
+        f"{cosines['dapo']:.6f} under DAPO's filter and {cosines['screening']:.6f} under screening's.",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def _setting_label(estimator: str, scale: str, std: str) -> str:
@@ -250,6 +326,13 @@ def render_generated() -> str:
             f"Seven equally likely prompts, G = {ACCEPTED_GROUP_SIZE}, exact over all 2^G outcomes of each prompt.",
             "",
             accepted_law_table(),
+            "### What screening trains on",
+            "",
+            f"Binary rewards, G = {SCREEN_GROUP_SIZE}, k = {SCREEN_PROBES} probes, TRL's default advantages; screening "
+            "keeps a group when its probes are mixed (no agreeing prompt completed), DAPO when its G rows are. Exact "
+            "over all 2^G outcomes.",
+            "",
+            screening_table(),
             END_MARKER,
         ]
     )
