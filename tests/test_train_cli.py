@@ -120,6 +120,40 @@ def test_unknown_reward_name_lists_the_choices(capsys):
     assert err.startswith("trl-dapo train: error: unknown reward function 'nope'") and "math_reward" in err
 
 
+def test_a_users_module_named_reward_funcs_is_a_one_line_error(tmp_path):
+    """A user's reward_funcs.py beside the recipe shadows the package's reward library: one line naming the clash
+    and the fix, from a fresh process as a user runs it (it was a traceback from deep inside the library)."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "reward_funcs.py").write_text(
+        "def my_reward(completions, **kwargs):\n    return [0.0] * len(completions)\n"
+    )
+    (tmp_path / "data.jsonl").write_text('{"prompt": "1+1=", "answer": "2"}\n')
+    argv = ["--model_name_or_path", str(tmp_path), "--dataset_name", "data.jsonl", "--output_dir", "o"]
+    command = [
+        sys.executable,
+        "-m",
+        "trl_dapo_ext.cli.main",
+        "train",
+        *argv,
+        *CPU_OVERRIDES,
+        "--reward_funcs",
+        "reward_funcs.my_reward",
+    ]
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    assert (
+        "reward_funcs.py" in result.stderr
+        and "rename yours" in result.stderr
+        and "my_rewards.my_reward" in result.stderr
+    )
+
+
 def test_reward_registry_resolves_every_name():
     funcs = train_cli.resolve_reward_funcs(list(train_cli.REWARD_FUNCS))
     assert [f.__name__ for f in funcs] == list(train_cli.REWARD_FUNCS)

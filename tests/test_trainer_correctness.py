@@ -104,6 +104,25 @@ def test_a_raising_reward_function_is_named_with_the_step(make_model, tokenizer,
     assert isinstance(caught.value.__cause__, KeyError)
 
 
+@pytest.mark.parametrize("style", ["parameter", "kwargs"])
+def test_a_reward_that_needs_a_missing_column_is_told_which(make_model, tokenizer, prompt_dataset, tmp_path, style):
+    """A reward reading a column the dataset lacks is told the column and the rows' columns, not to fix itself."""
+
+    def by_parameter(completions, solution, **kwargs):
+        return [0.0] * len(completions)
+
+    def by_kwargs(completions, **kwargs):
+        return [float(s == "1") for s in kwargs["solution"]]
+
+    reward = by_parameter if style == "parameter" else by_kwargs
+    trainer = build(make_model, tokenizer, prompt_dataset, tmp_path, reward=[reward])
+    with pytest.raises(RewardFunctionError) as caught:
+        trainer.train()
+    message = str(caught.value)
+    assert "'solution'" in message and "answer" in message  # the missing column, and the columns the rows have
+    assert "add or rename" in message.lower() and "Fix the function" not in message
+
+
 def test_a_raising_async_reward_function_is_named_too(make_model, tokenizer, prompt_dataset, tmp_path):
     async def async_reward(completions, **kwargs):
         raise ValueError("judge unreachable")

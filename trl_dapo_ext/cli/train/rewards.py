@@ -28,6 +28,7 @@ def resolve_reward_funcs(names: list[str]) -> list[Callable]:
             funcs.append(REWARD_FUNCS[name]())
         elif "." in name:
             module_name, attribute = name.rsplit(".", 1)
+            _refuse_shadowed_library(name)
             # As TRL's `trl grpo`: modules next to the recipe's working directory are importable.
             if os.getcwd() not in sys.path:
                 sys.path.insert(0, os.getcwd())
@@ -41,6 +42,24 @@ def resolve_reward_funcs(names: list[str]) -> list[Callable]:
                 "or give a dotted import path (my_package.rewards.my_reward)"
             )
     return funcs
+
+
+def _refuse_shadowed_library(name: str) -> None:
+    """A user's own ``reward_funcs`` module in the working directory would shadow this package's reward library
+    (same import name), and the library's own imports would then fail deep inside: say so at once."""
+    if name.split(".")[0] != "reward_funcs":
+        return
+    import reward_funcs as library
+
+    ours = os.path.dirname(os.path.abspath(library.__file__))
+    for candidate in ("reward_funcs.py", "reward_funcs"):
+        path = os.path.join(os.getcwd(), candidate)
+        if os.path.exists(path) and os.path.abspath(path) != ours:
+            raise TrainError(
+                f"{path} has the import name of this package's reward library, reward_funcs, and the two cannot "
+                f"both load: rename yours (e.g. my_rewards.py) and pass --reward_funcs "
+                f"{name.replace('reward_funcs', 'my_rewards', 1)}."
+            )
 
 
 def check_reward_columns(reward_funcs: list[Callable], column_names: list[str]) -> None:
