@@ -4,8 +4,8 @@ and properties against brute force (exact enumeration over Binomial outcomes, or
 from __future__ import annotations
 
 import itertools
-import os
 import math
+import os
 
 import numpy as np
 import pytest
