@@ -24,7 +24,7 @@ import os
 import sys
 import tempfile
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
@@ -37,6 +37,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from rollout_efficiency import screening_mix  # noqa: E402
 from transformers.trainer_callback import PrinterCallback  # noqa: E402
+from trl.trainer.utils import RepeatSampler  # noqa: E402
 
 from trl_dapo_ext import DAPOConfig, DAPOTrainer  # noqa: E402
 from trl_dapo_ext.dynamic_sampling.assembly import ScoredRound  # noqa: E402
@@ -70,10 +71,12 @@ class Cost:
     visits: int = 0  # prompts generated for at all
     over_budget: int = 0  # steps that generated more than the batch's rows (the fixed budget: must stay 0)
     short: int = 0  # steps that trained on fewer groups than the batch holds
+    per_step: list[tuple[int, int]] = field(default_factory=list)  # (completions, informative groups) of each step
 
     def add(self, step: dict[str, int]) -> None:
         for name, value in step.items():
             setattr(self, name, getattr(self, name) + value)
+        self.per_step.append((step["completions"], step["informative"]))
         self.steps += 1
 
     def in_g(self) -> float:
@@ -172,7 +175,7 @@ def run_trainer_rule(
 ) -> Cost:
     """``steps`` steps of the trainer's own collector (`ScreeningCollector`, its sampler, planner and estimates) with
     ``config`` (``DAPOConfig`` fields), each step's own prompts from shuffled passes over the dataset (as TRL's
-    sampler gives them). ``on_step(step, success)``: a hook that may change the pass rates between steps."""
+    sampler gives them, from ``RepeatSampler`` seeded alike). ``on_step(step, success)``: a hook that may change the pass rates between steps."""
     with tempfile.TemporaryDirectory() as folder:
         args = DAPOConfig(
             **cpu_args(
@@ -188,14 +191,15 @@ def run_trainer_rule(
             )
         )
     trainer = StubTrainer(args, success, seed=seed + 1)
-    order = np.random.default_rng(seed + 2)
+    # The step's own prompts in the order TRL's dataloader gives them: its sampler, seeded by the run's seed.
+    sampler = RepeatSampler(range(len(success)), mini_repeat_count=1, batch_size=groups, seed=seed)
     batches: list[int] = []
     cost = Cost()
     for step in range(steps):
         if on_step is not None:
             on_step(step, trainer.success)
-        if len(batches) < groups:  # the dataloader: shuffled passes over the dataset
-            batches += order.permutation(len(success)).tolist()
+        if len(batches) < groups:  # a new pass (the sampler drops an incomplete last batch, as TRL's does)
+            batches = list(sampler)
         own, batches = batches[:groups], batches[groups:]
         rows = [{**trainer.train_dataset[i], PROMPT_INDEX_COLUMN: i} for i in own]
         trainer.state.global_step = step

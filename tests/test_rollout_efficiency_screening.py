@@ -106,3 +106,25 @@ def test_our_modes_run_the_trainers_own_collector(name, monkeypatch):
     ledger = bench.screening_run(name, "atoms", 0.5, tiny_args(), 0.0)
     assert len(rounds) == ledger.rounds > 0
     assert set(rounds) == {bench.SCREEN_STRATEGIES[name].probes}
+
+
+screening_cost = load_benchmark("screening_cost")
+
+
+def test_the_trainer_rule_is_the_trainers_step_for_step():
+    """The stub trainer's run and DAPOTrainer's (a tiny model; the reward ignores what it says and draws each
+    completion's reward from its prompt's pass rate, seeded alike) make the same decisions: the same completions and
+    informative groups at every step."""
+    stub = screening_cost.simulate(0, prompts=64, epochs=2)
+    trainer = screening_cost.train(0, prompts=64, epochs=2)
+    assert stub.steps == trainer.steps == 8
+    assert stub.per_step == trainer.per_step
+
+
+def test_the_documented_screening_cost_is_recomputed():
+    """docs/dynamic-sampling.md quotes the recommended configuration's cost under the trainer's rule: 5 seeds, 512
+    prompts, 10 epochs (the benchmark's defaults)."""
+    costs = [screening_cost.simulate(seed).in_g() for seed in range(5)]
+    mean, half = screening_cost.interval(costs)
+    page = (ROOT / "docs" / "dynamic-sampling.md").read_text()
+    assert f"{mean:.2f} G (95% interval {mean - half:.2f}-{mean + half:.2f}" in page
