@@ -107,7 +107,6 @@ def test_planted_module_does_not_reach_the_oracle(backend):
             "asserts.py",
             "extract.py",
             "formats.py",
-            "plain_eval.py",
             "reward.py",
             "runner.py",
             "sandbox.py",
