@@ -116,10 +116,27 @@ def test_stdout_rules(actual, expected, ok):
 
 
 def test_stdout_float_tolerance_is_opt_in_and_token_wise():
-    assert stdout_matches("3.0 0.3333333\n", "3 0.333333333", float_tol=1e-6)
+    assert stdout_matches("3.0 0.3333333\n", "3 0.333333333", float_tol=1e-6)  # 3.0 equals 3 exactly
     assert not stdout_matches("3.1\n", "3\n", float_tol=1e-6)
     assert not stdout_matches("3 x\n", "3 y\n", float_tol=1e-6)
     assert not stdout_matches("3\n", "3 3\n", float_tol=1e-6)
+
+
+def test_float_tol_number_rule():
+    """Under float_tol an integer expected value (stdout: a token written as an integer) is matched only by an output
+    exactly equal to it, at any size; the tolerance is for the others; a non-finite output matches no finite value."""
+    big = "1" * 5000  # past int()'s 4300-digit limit: no float fallback may turn it into inf
+    for actual in ("999999000", "999999000.0", "9.99999e8", "3" * 5000, "inf", "1e9999", "nan", "sNaN"):
+        assert not stdout_matches(actual, "999999937", float_tol=1e-6), actual
+        assert not stdout_matches(actual, big, float_tol=1e-6), actual
+    assert stdout_matches(big + ".0", big, float_tol=1e-6) and stdout_matches("9.99999937e8", "999999937", 1e-6)
+    assert stdout_matches("2.0000001", "2.0", float_tol=1e-6)  # `2.0` is not an integer token: tolerance
+    assert not stdout_matches("inf", "2.5", float_tol=1e-6) and not stdout_matches("nan", "2.5", float_tol=1e-6)
+    for actual in (999999000, 999999000.0, 999999937.0000001, float("inf"), float("nan")):
+        assert not values_match(actual, 999999937, float_tol=1e-6), actual
+    assert values_match(10**400, 10**400, 1e-6) and not values_match(10**400 + 1, 10**400, 1e-6)
+    assert values_match(2.5000001, 2.5, 1e-6) and not values_match(float("inf"), 2.5, 1e-6)
+    assert not values_match(10**400, 2.5, 1e-6)
 
 
 def test_values_match_rules():
