@@ -28,6 +28,9 @@ from typing import ClassVar
 from .source_names import STDLIB, bound_names, solution_names, used_names
 
 
+WHOLE_PROGRAM = "<the whole test program>"  # the source shown for a program that is one test
+
+
 class UnsupportedTests(ValueError):
     """The assert-style tests use a construct this harness cannot check safely."""
 
@@ -163,4 +166,4 @@ def _program_plan(tests: str, stmts: list[ast.stmt], entry_point: str | None) ->
         raise UnsupportedTests("the tests define functions but never call them")
     imports, solution = _names(program)
     steps = tuple((s, -1) for s in imports) + ((program, 0),)
-    return AssertPlan(steps, ("<the whole test program>",), solution)
+    return AssertPlan(steps, (WHOLE_PROGRAM,), solution)
