@@ -27,7 +27,6 @@ from typing import ClassVar
 
 from .source_names import STDLIB, bound_names, solution_names, used_names
 
-
 WHOLE_PROGRAM = "<the whole test program>"  # the source shown for a program that is one test
 
 
