@@ -286,7 +286,9 @@ def tests_run_in_the_oracle(isolation: str) -> dict:
     one (every test must pass); generators drained into lists, ``map``/``key=f`` calling the solution."""
     run = dict(isolation=isolation, timeout_s=20)
     wrong = {name: run_code_tests(code, tests, **run).fraction for name, (_, code, tests) in ORACLE_WRONG.items()}
-    right = {name: run_code_tests(ORACLE_RIGHT[fn], tests, **run).fraction for name, (fn, _, tests) in ORACLE_WRONG.items()}
+    right = {
+        name: run_code_tests(ORACLE_RIGHT[fn], tests, **run).fraction for name, (fn, _, tests) in ORACLE_WRONG.items()
+    }
     right["generators, map, key=f"] = run_code_tests(ORACLE_RIGHT["f"], ORACLE_RIGHT_TESTS, **run).fraction
     return {"wrong": wrong, "right": right}
 

@@ -50,7 +50,7 @@ class AssertPlan:
 def plan_asserts(tests: str, entry_point: str | None = None) -> AssertPlan:
     """The steps and test units of assert-style tests (cached: GRPO repeats each row's tests per generation).
 
-    >>> plan = plan_asserts("import math\\nassert add(1, 2) == 3\\nassert True\\nassert math.isclose(add(0.1, 0.2), 0.3)")
+    >>> plan = plan_asserts("import math\\nassert add(1, 2) == 3\\nassert True\\nassert math.isclose(add(.1, .2), .3)")
     >>> plan.steps
     (('import math', -1), ('assert add(1, 2) == 3', 0), ('assert math.isclose(add(0.1, 0.2), 0.3)', 1))
     >>> loop = plan_asserts("for i in range(3):\\n    assert add(i, 1) == i + 1")

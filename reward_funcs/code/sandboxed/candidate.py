@@ -127,10 +127,11 @@ def encode_result(value):
 
 
 def serve_calls(code: str) -> None:
-    """Server mode (assert-style tests): load the solution, then answer calls ``{"fn", "a", "kw"}`` read from a private copy of fd 0
-    with ``{"o": "ok", "v"}`` or ``{"o": "raise", "t", "d"}``. Only the return value goes back: changes the solution
-    makes to its arguments stay here, so it cannot rewrite a test's expected value through an argument. Leaving
-    (``SystemExit``, ``os._exit``) ends the conversation, which the oracle reports as a failure."""
+    """Server mode (assert-style tests): load the solution, then answer calls ``{"fn", "a", "kw"}`` read from a
+    private copy of fd 0 with ``{"o": "ok", "v"}``, ``{"o": "raise", "t", "d"}`` or ``{"o": "notplain" | "memory",
+    "d"}``. Only the return value goes back: changes the solution makes to its arguments stay here, so it cannot
+    rewrite a test's expected value through an argument. Leaving (``SystemExit``, ``os._exit``) ends the
+    conversation, which the oracle reports as a failure."""
     requests = os.dup(0)
     os.dup2(2, 0)  # the solution reads an empty stdin
     g = _load(code)

@@ -115,10 +115,10 @@ class Supervisor:
         return pid
 
     def start_oracle(self, stdin_fd: int, stdout_fd: int, verdict_w: int, cpu_s: int, start: int) -> int:
-        """Assert-style tests from test ``start`` on: fork the oracle (it keeps this process's copy of the test program) and confine it. The tests
-        read nothing the candidate can write: modules from the Python install only (no folder of ours on
-        ``sys.path``), files in a working folder of their own (namespaces: a private tmpfs in a mount namespace of
-        their own; ``root``: a folder of the oracle's uid)."""
+        """Assert-style tests from test ``start`` on: fork the oracle (it keeps this process's copy of the test
+        program) and confine it. The tests read nothing the candidate can write: modules from the Python install only
+        (no folder of ours on ``sys.path``), files in a working folder of their own (namespaces: a private tmpfs in a
+        mount namespace of their own; ``root``: a folder of the oracle's uid)."""
         pid = self._fork_with_fds([stdin_fd, stdout_fd, verdict_w])
         if pid == 0:
             try:
