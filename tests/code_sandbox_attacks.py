@@ -301,8 +301,8 @@ WRITE_ANSWER = (
 )
 UNDECODABLE = {
     "complex with a 400-digit part": 'b\'{"k":0,"o":"ok","v":{"$":"complex","v":[1\' + b\'0\' * 400 + b\',0]}}\\n\'',
-    "700,000 items": 'b\'{"k":0,"o":"ok","v":[\' + b\',\'.join([b\'0\'] * 700000) + b\']}\\n\'',
-    "66 levels": 'b\'{"k":0,"o":"ok","v":\' + b\'[\' * 66 + b\']\' * 66 + b\'}\\n\'',
+    "700,000 items": "b'{\"k\":0,\"o\":\"ok\",\"v\":[' + b','.join([b'0'] * 700000) + b']}\\n'",
+    "66 levels": "b'{\"k\":0,\"o\":\"ok\",\"v\":' + b'[' * 66 + b']' * 66 + b'}\\n'",
 }
 NOT_PLAIN = {
     "an object of the solution": "```python\nclass P:\n    pass\ndef f(x):\n    return P()\n```",
