@@ -9,8 +9,9 @@ backend:
 
 The tests get the prompt's helper functions (see :func:`prompt_helpers`), as a training dataset's ``tests`` should.
 
-It prints the pass counts, the false positives (a wrong solution that passed), how each test program was run (split
-into probes or as one program) and the wall time, e.g.::
+It prints the pass counts, the false positives (a wrong solution that passed), how each test program was counted
+(one test per top-level assert, or the whole program as one test), the wall time and the cost per run and per
+test, e.g.::
 
     python benchmarks/humaneval_canonical.py --isolation namespaces
 """
@@ -31,7 +32,7 @@ import zipfile
 from pathlib import Path
 
 from reward_funcs import run_code_tests
-from reward_funcs.code.asserts import plan_asserts
+from reward_funcs.code.asserts import WHOLE_PROGRAM, plan_asserts
 
 
 def load_problems(wheel: str | None) -> list[dict]:
@@ -76,7 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     for p in problems:
         tests = prompt_helpers(p["prompt"], p["entry_point"]) + p["test"] + f"\ncheck({p['entry_point']})\n"
-        kinds["program" if plan_asserts(tests, p["entry_point"]).program is not None else "split"] += 1
+        units = plan_asserts(tests, p["entry_point"]).units
+        kinds["program" if units == (WHOLE_PROGRAM,) else "per-assert"] += 1
+        kinds["tests"] += len(units)
         run = dict(isolation=args.isolation, timeout_s=args.timeout, entry_point=p["entry_point"])
         report = run_code_tests(p["prompt"] + p["canonical_solution"], tests, **run)
         if report.all_passed:
@@ -93,8 +96,10 @@ def main(argv: list[str] | None = None) -> int:
     n = len(problems)
     print(f"canonical solutions passed: {passed}/{n}")
     print(f"wrong solutions passed (false positives): {false_pos}/{2 * n}")
-    print(f"test programs: {kinds['split']} split into probes, {kinds['program']} run as one program")
-    print(f"wall time: {wall:.1f} s for {3 * n} runs ({os.cpu_count()} CPUs)")
+    print(f"test programs: {kinds['per-assert']} one test per assert, {kinds['program']} one test each")
+    runs, tests_run = 3 * n, 3 * kinds["tests"]
+    print(f"wall time: {wall:.1f} s for {runs} runs of {tests_run} tests ({os.cpu_count()} CPUs)")
+    print(f"per run: {1000 * wall / runs:.0f} ms; per test: {1000 * wall / tests_run:.0f} ms")
     for task, what in failures:
         print(f"  {task}: {what}")
     return 0 if passed == n and false_pos == 0 else 1

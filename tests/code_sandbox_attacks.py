@@ -221,15 +221,106 @@ def extract_quadratic(isolation: str) -> dict:
 
 
 def float_tol_integers(isolation: str) -> dict:
-    """Item 11: near-miss integers with float_tol."""
-    reward = make_code_reward(float_tol=1e-6, isolation=isolation)
-    tests = [{"fn_name": "f", "inputs": [[1]], "outputs": [999999937]}, {"inputs": ["1"], "outputs": ["999999937"]}]
-    comps = ["```python\ndef f(x):\n    return 999999000\n```", "```python\nprint(999999000)\n```"]
+    """Item 11 (review 3) and review 4: an integer expected value under float_tol is matched only by an exactly equal
+    output: near misses printed or returned as ints or floats, and, past int()'s 4,300 digits, ``inf`` or another
+    huge integer (both became ``inf`` through a float fallback)."""
+    reward = make_code_reward(float_tol=1e-6, isolation=isolation, max_workers=1)
+    call = {"fn_name": "f", "inputs": [[1]], "outputs": [999999937]}
+    stdio = {"inputs": ["1"], "outputs": ["999999937"]}
+    huge = {"inputs": ["20000\n"], "outputs": ["1" * 6021 + "\n"]}
+    near = [("return 999999000", call), ("return 999999000.0", call), ("print(999999000)", stdio)]
+    near += [("print('999999000.0')", stdio), ("print('9.99999e8')", stdio)]
+    near += [("print('inf')", huge), ("import sys\nsys.set_int_max_str_digits(0)\nprint(3 ** 13000)", huge)]
+    comps = [f"```python\ndef f(x):\n    {c}\n```" if t is call else f"```python\n{c}\n```" for c, t in near]
+    right = "```python\nprint('1' * 6021)\n```"
     return {
-        "scores": reward(comps, tests=tests),
+        "scores": reward([*comps, right], tests=[t for _, t in near] + [huge]),
         "direct": [stdout_matches("999999000\n", "999999937\n", 1e-6), values_match(999999000, 999999937, 1e-6)],
-        "floats_still_close": [stdout_matches("3.0000001", "3", 1e-6), values_match(3.0000001, 3, 1e-6)],
+        "floats_still_close": [stdout_matches("2.5000001", "2.5", 1e-6), values_match(2.5000001, 2.5, 1e-6)],
     }
+
+
+# Review 4, class 1: test code evaluated in the solution's process. Wrong solutions that passed a split planner's
+# probes (expected values and operations on them sent to the candidate) and the tests they passed.
+ORACLE_WRONG = {
+    "method call on the result": (
+        "to_binary",
+        "class Yes(str):\n    startswith = endswith = lambda self, *a: True\n    find = lambda self, *a: 0\n"
+        "    count = lambda self, *a: 1\ndef to_binary(n):\n    return Yes('definitely not binary')\n",
+        "assert to_binary(5).startswith('0b101')\nassert to_binary(6).endswith('110')\n"
+        "assert to_binary(7).find('111') != -1\nassert to_binary(8).count('1000') == 1",
+    ),
+    "expected values in a comprehension": (
+        "area",
+        "class Zero:\n    __sub__ = __rsub__ = lambda self, other: 0\ndef area(r):\n    return Zero()\n",
+        "assert [round(area(r) - a, 4) for r, a in [(1, 3.14159), (2, 12.56637)]] == [0, 0]\n"
+        "assert sum([abs(area(r) - a) for r, a in [(1, 3.14159), (2, 12.56637)]]) < 1e-4",
+    ),
+    "expected values from imported names": (
+        "area",
+        "import math\nmath.isclose = lambda *a, **k: True\nclass Zero(float):\n"
+        "    __sub__ = __rsub__ = lambda self, other: 0.0\ndef area(r):\n    return Zero(-1.0)\n",
+        "import math\nassert abs(area(1) - math.pi) < 1e-9\nassert abs(area(1) - math.pi) < 1e-9\n"
+        "from math import pi\nassert abs(area(1) - pi) < 1e-9\nassert math.isclose(area(1), math.pi)",
+    ),
+    "names of a star or nested import": (
+        "area",
+        "def isclose(*a, **k):\n    return True\nfabs = lambda x: 0.0\ndef area(r):\n    return -1.0\n",
+        "from math import *\nassert isclose(area(2), 12.566, rel_tol=1e-3)\nassert fabs(area(2) - 12.566) < 1e-3\n"
+        "if True:\n    from math import isclose\nassert isclose(area(2), 12.566, rel_tol=1e-3)",
+    ),
+}
+ORACLE_RIGHT = {  # the solution each group of tests is about, and tests a split planner failed correct code on
+    "to_binary": "def to_binary(n):\n    return bin(n)\n",
+    "area": "import math\ndef area(r):\n    return math.pi * r * r\n",
+    "f": "def f(x):\n    return 2 * x\ndef g(n):\n    yield from range(n)\n",
+}
+ORACLE_RIGHT_TESTS = (
+    "assert sum(f(i) for i in range(3)) == 6\nassert list(map(f, [1, 2, 3])) == [2, 4, 6]\n"
+    "assert sorted([3, 1, 2], key=f) == [1, 2, 3]\nassert list(g(3)) == [0, 1, 2]\nassert g(2) == [0, 1]"
+)
+
+
+def tests_run_in_the_oracle(isolation: str) -> dict:
+    """Review 4, class 1: each group of asserts against a wrong solution (every test must fail) and against a correct
+    one (every test must pass); generators drained into lists, ``map``/``key=f`` calling the solution."""
+    run = dict(isolation=isolation, timeout_s=20)
+    wrong = {name: run_code_tests(code, tests, **run).fraction for name, (_, code, tests) in ORACLE_WRONG.items()}
+    right = {
+        name: run_code_tests(ORACLE_RIGHT[fn], tests, **run).fraction for name, (fn, _, tests) in ORACLE_WRONG.items()
+    }
+    right["generators, map, key=f"] = run_code_tests(ORACLE_RIGHT["f"], ORACLE_RIGHT_TESTS, **run).fraction
+    return {"wrong": wrong, "right": right}
+
+
+# What the candidate's process may put on its report descriptor in reply to a call: values the oracle cannot decode
+# or check (a 400-digit complex part, 700,000 items, 66 levels), and results that are not plain data.
+WRITE_ANSWER = (
+    "```python\nimport os\ndef f(x):\n    data = %s\n    while data:\n        data = data[os.write(3, data):]\n"
+    "    os._exit(0)\n```"
+)
+UNDECODABLE = {
+    "complex with a 400-digit part": 'b\'{"k":0,"o":"ok","v":{"$":"complex","v":[1\' + b\'0\' * 400 + b\',0]}}\\n\'',
+    "700,000 items": "b'{\"k\":0,\"o\":\"ok\",\"v\":[' + b','.join([b'0'] * 700000) + b']}\\n'",
+    "66 levels": "b'{\"k\":0,\"o\":\"ok\",\"v\":' + b'[' * 66 + b']' * 66 + b'}\\n'",
+}
+NOT_PLAIN = {
+    "an object of the solution": "```python\nclass P:\n    pass\ndef f(x):\n    return P()\n```",
+    "a function": "```python\ndef f(x):\n    return f\n```",
+    "an endless generator": "```python\nimport itertools\ndef f(x):\n    return itertools.count()\n```",
+}
+
+
+def undecodable_answers(isolation: str) -> dict:
+    """Review 4: answers the oracle cannot decode or check, and results that are not plain data, fail their test;
+    none raises out of the reward call."""
+    reward = make_code_reward(isolation=isolation, max_workers=1, timeout_s=20)
+    comps = [WRITE_ANSWER % v for v in UNDECODABLE.values()] + list(NOT_PLAIN.values())
+    tests = ["assert f(1) + 1 == 2\nassert f(1) == 2"] * len(comps)
+    try:
+        return {"scores": reward(comps, tests=tests)}
+    except BaseException as exc:
+        return {"raised": f"{type(exc).__name__}: {exc}"[:300]}
 
 
 FRAME_READER = """

@@ -107,7 +107,6 @@ def test_planted_module_does_not_reach_the_oracle(backend):
             "asserts.py",
             "extract.py",
             "formats.py",
-            "plain_eval.py",
             "reward.py",
             "runner.py",
             "sandbox.py",
@@ -163,9 +162,24 @@ def test_extract_code_is_not_quadratic():
 
 
 def test_float_tol_leaves_integers_exact(backend):
-    """Item 11: 999999000 is not 999999937 at float_tol=1e-6; floats still compare within the tolerance."""
+    """Item 11 and review 4: an integer expected value is matched only by an exactly equal output, however it is
+    formatted (999999000.0, 9.99999e8) and at any size (inf and 3**13000 against 6,021 digits); floats still compare
+    within the tolerance."""
     got = attack("float_tol_integers", backend)
-    assert got == {"scores": [0.0, 0.0], "direct": [False, False], "floats_still_close": [True, True]}, got
+    assert got == {"scores": [0.0] * 7 + [1.0], "direct": [False, False], "floats_still_close": [True, True]}, got
+
+
+def test_tests_run_in_the_oracle_on_builtin_values(backend):
+    """Review 4, class 1: method calls on a result, expected values in comprehensions or built from imported names,
+    names of star or nested imports: a wrong solution fails each; correct ones pass, generators, map and key=f too."""
+    got = attack("tests_run_in_the_oracle", backend)
+    assert set(got["wrong"].values()) == {0.0} and set(got["right"].values()) == {1.0}, got
+
+
+def test_undecodable_or_non_plain_answers_fail_their_test(backend):
+    """Review 4: an answer the oracle cannot decode or check, or a result that is not plain data, fails its test; none
+    raises out of the reward call (OverflowError and NotPlainData did)."""
+    assert attack("undecodable_answers", backend) == {"scores": [0.0] * 6}
 
 
 def test_tests_own_helper_wins_and_stays_test_side(backend):

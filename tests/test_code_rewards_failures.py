@@ -61,6 +61,57 @@ def test_an_isolated_failure_is_no_verdict_and_a_success_resets_the_count(monkey
     assert scores == none + [1.0, 1.0] + none
 
 
+def _popen_refused(*args, **kwargs):
+    raise OSError(11, "Resource temporarily unavailable")  # fork refused: the process limit of the trainer's user
+
+
+def _disk_full(*args, **kwargs):
+    raise OSError(28, "No space left on device")
+
+
+def _no_uid(*args, **kwargs):
+    raise RuntimeError("no free sandbox uid")
+
+
+def _out_of_memory(*args, **kwargs):
+    raise MemoryError
+
+
+NO_VERDICT_PATHS = {  # where the sandbox can fail without any fault of the candidate: (module attribute, stand-in)
+    "supervisor cannot be started": ("subprocess.Popen", _popen_refused),
+    "scratch folder cannot be made": ("_make_scratch", _disk_full),
+    "no free sandbox uid": ("_allocate_uids", _no_uid),
+    "supervisor dies at start-up": ("_launcher_cmd", _broken_launcher),
+    "trainer out of memory": ("run_job", _out_of_memory),
+}
+
+
+@pytest.mark.parametrize("path", sorted(NO_VERDICT_PATHS))
+def test_a_run_without_a_verdict_scores_none_and_is_counted(monkeypatch, path):
+    """Every way the sandbox can fail without a verdict scores None (never the candidate's 0.0), is counted on the
+    reward (``no_verdict_rows``) and logged as ``<name>/no_verdict``; the row's duplicates count as rows."""
+    sb.resolve_backend("auto")  # probed while the sandbox still works
+    attribute, stand_in = NO_VERDICT_PATHS[path]
+    if attribute == "_allocate_uids" and sb.resolve_backend("auto") not in ("ns-root", "root"):
+        pytest.skip("uids are only drawn by the root backends")
+    target = sb.subprocess if attribute == "subprocess.Popen" else sb
+    monkeypatch.setattr(target, attribute.rsplit(".", 1)[-1], stand_in)
+    reward = make_code_reward(partial_credit=True, max_workers=1, name="unit_tests")
+    metrics = []
+    with pytest.warns(RuntimeWarning, match="no verdict"):
+        scores = reward(PROGRAMS[:1] * 2, tests=TESTS[:1] * 2, log_metric=lambda n, v: metrics.append((n, v)))
+    assert scores == [None, None]
+    assert reward.no_verdict_rows == 2 and ("unit_tests/no_verdict", 2.0) in metrics
+
+
+def test_verdicts_and_unusable_tests_are_not_counted_as_no_verdict():
+    reward = make_code_reward(max_workers=1)
+    with pytest.warns(RuntimeWarning, match="unusable tests"):
+        scores = reward(PROGRAMS[:2] + ["no code"], tests=[TESTS[0], "assert True", TESTS[0]])
+    assert scores == [1.0, None, 0.0]
+    assert reward.no_verdict_rows == 0
+
+
 @pytest.fixture
 def no_namespaces(monkeypatch):
     """Namespaces fail their probe; the fallbacks work (nothing is actually run by the tests using this)."""
@@ -86,7 +137,7 @@ def test_fallback_is_a_metric_and_warned_at_each_trainer_start(no_namespaces, mo
     assert "simulated: user namespaces disabled" in notices[0]
     if backend == "user":
         assert "under the trainer's own uid" in notices[0]
-    assert metrics == [("unit_tests/sandbox_fallback", 1.0)] * 3
+    assert [m for m in metrics if m[0].endswith("fallback")] == [("unit_tests/sandbox_fallback", 1.0)] * 3
 
 
 def test_no_fallback_metric_is_zero():
@@ -95,7 +146,7 @@ def test_no_fallback_metric_is_zero():
         pytest.skip("namespaces unavailable here")
     metrics = []
     reward(["no code"], tests=TESTS[:1], trainer_state=object(), log_metric=lambda n, v: metrics.append((n, v)))
-    assert metrics == [("unit_tests/sandbox_fallback", 0.0)]
+    assert metrics == [("unit_tests/sandbox_fallback", 0.0), ("unit_tests/no_verdict", 0.0)]
 
 
 def test_namespaces_never_fall_back(no_namespaces, monkeypatch):

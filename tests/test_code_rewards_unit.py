@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reward_funcs import code_reward, extract_code, make_code_reward, run_code_tests
-from reward_funcs.code.asserts import UnsupportedTests, eval_simple, plan_asserts
+from reward_funcs.code.asserts import UnsupportedTests, plan_asserts
 from reward_funcs.code.formats import parse_tests as _parse_tests
 from reward_funcs.code.formats import stdout_matches, values_match
 from reward_funcs.code.sandboxed.codec import NotPlainData, decode_value, encode_value
@@ -116,10 +116,27 @@ def test_stdout_rules(actual, expected, ok):
 
 
 def test_stdout_float_tolerance_is_opt_in_and_token_wise():
-    assert stdout_matches("3.0 0.3333333\n", "3 0.333333333", float_tol=1e-6)
+    assert stdout_matches("3.0 0.3333333\n", "3 0.333333333", float_tol=1e-6)  # 3.0 equals 3 exactly
     assert not stdout_matches("3.1\n", "3\n", float_tol=1e-6)
     assert not stdout_matches("3 x\n", "3 y\n", float_tol=1e-6)
     assert not stdout_matches("3\n", "3 3\n", float_tol=1e-6)
+
+
+def test_float_tol_number_rule():
+    """Under float_tol an integer expected value (stdout: a token written as an integer) is matched only by an output
+    exactly equal to it, at any size; the tolerance is for the others; a non-finite output matches no finite value."""
+    big = "1" * 5000  # past int()'s 4300-digit limit: no float fallback may turn it into inf
+    for actual in ("999999000", "999999000.0", "9.99999e8", "3" * 5000, "inf", "1e9999", "nan", "sNaN"):
+        assert not stdout_matches(actual, "999999937", float_tol=1e-6), actual
+        assert not stdout_matches(actual, big, float_tol=1e-6), actual
+    assert stdout_matches(big + ".0", big, float_tol=1e-6) and stdout_matches("9.99999937e8", "999999937", 1e-6)
+    assert stdout_matches("2.0000001", "2.0", float_tol=1e-6)  # `2.0` is not an integer token: tolerance
+    assert not stdout_matches("inf", "2.5", float_tol=1e-6) and not stdout_matches("nan", "2.5", float_tol=1e-6)
+    for actual in (999999000, 999999000.0, 999999937.0000001, float("inf"), float("nan")):
+        assert not values_match(actual, 999999937, float_tol=1e-6), actual
+    assert values_match(10**400, 10**400, 1e-6) and not values_match(10**400 + 1, 10**400, 1e-6)
+    assert values_match(2.5000001, 2.5, 1e-6) and not values_match(float("inf"), 2.5, 1e-6)
+    assert not values_match(10**400, 2.5, 1e-6)
 
 
 def test_values_match_rules():
@@ -187,21 +204,20 @@ def test_decoder_rejects_malformed(bad):
 # -- assert planning --------------------------------------------------------------------------------------
 
 
-def test_plan_keeps_expected_values_out_of_probes():
+def test_plan_runs_every_statement_test_side_and_scores_top_level_asserts():
     plan = plan_asserts(
         "expected = [1, 2, 3]\ndata = [3, 1, 2]\nassert sort_it(data) == expected\n"
-        "assert abs(area(2) - 12.566) < 1e-3\nassert sorted(f(3)) == [1, 2, 3]"
+        "assert abs(area(2) - 12.566) < 1e-3\nassert True\nassert sorted(f(3)) == [1, 2, 3]"
     )
-    assert plan.probes == ("sort_it(data)", "area(2)", "sorted(f(3))")
-    assert plan.child_setup == ("data = [3, 1, 2]",)  # `expected` never reaches the candidate process
-    assert [c.simple for c in plan.checks] == [True, False, True]
-    joined = "\n".join(plan.probes + plan.child_setup)
-    assert "12.566" not in joined and "[1, 2, 3]" not in joined
-
-
-def test_plan_never_evaluates_comparisons_or_not_in_the_candidate():
-    plan = plan_asserts("assert f(1) == f(2)\nassert not g(1)\nassert h(1) is None or h(2)")
-    assert plan.probes == ("f(1)", "f(2)", "g(1)", "h(1)", "h(2)")
+    assert plan.steps == (
+        ("expected = [1, 2, 3]", -1),
+        ("data = [3, 1, 2]", -1),
+        ("assert sort_it(data) == expected", 0),
+        ("assert abs(area(2) - 12.566) < 0.001", 1),
+        ("assert sorted(f(3)) == [1, 2, 3]", 2),  # `assert True` tests nothing about the solution: not run
+    )
+    assert plan.solution_names == ("area", "f", "sort_it") and len(plan.units) == 3
+    assert plan.probes == ()  # nothing the tests compute is evaluated in the solution's process
 
 
 def test_plan_lifts_humaneval_check_function():
@@ -209,23 +225,31 @@ def test_plan_lifts_humaneval_check_function():
         "METADATA = {}\n\ndef check(candidate):\n    assert candidate([1, 2]) == 3\n    assert candidate([]) == 0\n"
     )
     plan = plan_asserts(tests, "total")
-    assert plan.probes == ("candidate([1, 2])", "candidate([])")
-    assert plan.child_setup == ("candidate = total",)
+    assert plan.units == ("assert candidate([1, 2]) == 3", "assert candidate([]) == 0")
+    assert ("candidate = total", -1) in plan.steps and plan.solution_names == ("total",)
     with pytest.raises(UnsupportedTests):
         plan_asserts(tests)
 
 
-def test_plan_allows_plain_candidate_assignments_and_comprehension_probes():
+def test_plan_counts_asserts_on_values_computed_from_the_solution():
     plan = plan_asserts(
         "candidate = f\nres = candidate(3)\nassert res == 9\nassert [f(i) for i in range(3)] == [0, 2, 4]"
     )
-    assert plan.probes == ("res", "[f(i) for i in range(3)]")
-    assert plan.child_setup == ("candidate = f", "res = candidate(3)")
+    assert plan.units == ("assert res == 9", "assert [f(i) for i in range(3)] == [0, 2, 4]")
 
 
 def test_plan_imports_stdlib_modules_used_by_tests():
     plan = plan_asserts("assert math.isclose(area(1), 3.14159, rel_tol=1e-3)")
-    assert plan.oracle_setup == ("import math",) and plan.probes == ("area(1)",)
+    assert plan.steps[0] == ("import math", -1) and plan.solution_names == ("area",)
+
+
+def test_plan_leaves_names_the_tests_import_to_the_tests():
+    """A star import or an import inside a block binds names at run time in the oracle: `isclose` is stubbed, then
+    rebound to math's by the import, never taken from the solution."""
+    plan = plan_asserts("if True:\n    from math import isclose\nassert isclose(area(2), 12.566, rel_tol=1e-3)")
+    assert plan.solution_names == ("area",)
+    star = plan_asserts("from math import *\nassert isclose(area(2), 12.566, rel_tol=1e-3)")
+    assert star.steps[0] == ("from math import *", -1)
 
 
 @pytest.mark.parametrize(
@@ -249,16 +273,14 @@ def test_plan_rejects_unsupported(tests):
     ("tests", "names"),
     [
         ("for i in range(3):\n    assert f(i) == i", ("f",)),
-        ("assert all(f(i) == 2 * i for i in range(3))", ("f",)),  # the comparison would run beside f's objects
-        ("def helper(x):\n    return f(x) == 3\nassert helper(1)", ("f",)),
-        ("ok = f(1) == 2\nassert ok", ("f",)),
+        ("def helper(x):\n    assert f(x) == 3\nhelper(1)", ("f",)),
+        ("assert f(0) == 0\nfor i in range(3):\n    assert f(i) == i", ("f",)),
         ("for x in [1.0, 2.0]:\n    assert math.isclose(area(x), 3.14159 * x * x, rel_tol=1e-3)", ("area",)),
     ],
 )
-def test_plan_runs_unsplittable_tests_as_one_program_test(tests, names):
+def test_plan_runs_tests_with_nested_asserts_as_one_program_test(tests, names):
     plan = plan_asserts(tests)
-    assert plan.program is not None and plan.solution_names == names and len(plan.checks) == 1
-    assert plan.probes == ()  # nothing is evaluated next to the candidate's objects
+    assert plan.steps[-1] == (tests, 0) and plan.solution_names == names and len(plan.units) == 1
 
 
 def test_plan_humaneval_check_with_a_loop_calls_check_on_the_entry_point():
@@ -268,7 +290,7 @@ def test_plan_humaneval_check_with_a_loop_calls_check_on_the_entry_point():
         "        assert abs(poly(xs, candidate(xs))) < 1e-4\n"
     )
     plan = plan_asserts(tests, "find_zero")
-    assert plan.program.rstrip().endswith("check(find_zero)")
+    assert plan.steps[-1][0].rstrip().endswith("check(find_zero)") and len(plan.units) == 1
     assert plan.solution_names == ("find_zero", "poly")  # `poly` comes from the solution, as in HumanEval
 
 
@@ -279,14 +301,7 @@ def test_plan_counts_only_asserts_that_use_the_solution():
         "    assert candidate(2) == 4\n    assert 1 + 1 == 2\n"
     )
     plan = plan_asserts(tests, "double")
-    assert [c.source for c in plan.checks] == ["assert candidate(1) == 2", "assert candidate(2) == 4"]
-
-
-def test_eval_simple_plain_data_only():
-    assert eval_simple("__p0__[1:] == [2, 3] and len(__p0__) == 3", {"__p0__": [1, 2, 3]}, {})
-    assert eval_simple("sorted(__p0__, reverse=True) == exp", {"__p0__": [1, 3, 2]}, {"exp": [3, 2, 1]})
-    with pytest.raises(ValueError):
-        eval_simple("__p0__ * 10", {"__p0__": [1]}, {})
+    assert plan.units == ("assert candidate(1) == 2", "assert candidate(2) == 4")
 
 
 # -- TRL plumbing -----------------------------------------------------------------------------------------
@@ -363,7 +378,5 @@ def test_assert_plan_docstring_examples_run():
     import doctest
 
     from reward_funcs.code import asserts as _assert_plan
-    from reward_funcs.code import plain_eval
 
     assert doctest.testmod(_assert_plan).failed == 0
-    assert doctest.testmod(plain_eval).failed == 0  # eval_simple's example (it lived in asserts.py before)

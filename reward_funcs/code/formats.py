@@ -1,7 +1,7 @@
 """Test formats of a ``tests`` cell and the comparisons of what a program produced with what a test expects.
 
-* assert-style Python: a string of assert statements, or a list of such strings (MBPP's ``test_list``); split into
-  probes and checks by :mod:`reward_funcs.code.asserts`;
+* assert-style Python: a string of assert statements, or a list of such strings (MBPP's ``test_list``); run by the
+  sandboxed oracle (:mod:`reward_funcs.code.asserts`);
 * stdin/stdout: ``{"inputs": ["1 2\\n"], "outputs": ["3\\n"]}``, compared with :func:`stdout_matches`;
 * call-based: ``{"fn_name": "add", "inputs": [[1, 2]], "outputs": [3]}``, compared with :func:`values_match`.
 
@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from decimal import Decimal
 from typing import Any
 
 from .asserts import UnsupportedTests
@@ -81,13 +83,15 @@ def _stdout_lines(text: str) -> list[str]:
 
 def stdout_matches(actual: str, expected: str, float_tol: float | None = None) -> bool:
     """Compare program output: CRLF = LF, trailing whitespace per line and one final newline ignored; any other
-    difference (extra or missing lines, ``3.0`` vs ``3``) fails unless ``float_tol`` allows numeric tokens to differ:
-    integer tokens still compare exactly, a token pair with a float in it within ``float_tol`` (relative or absolute).
+    difference (extra or missing lines, ``3.0`` vs ``3``) fails unless ``float_tol`` allows numeric tokens to differ
+    (see :func:`numbers_match`; an integer token is one written as an integer, ``2`` but not ``2.0``).
 
     >>> stdout_matches("3 \\r\\n", "3"), stdout_matches("3\\n4\\n", "3\\n"), stdout_matches("3.0", "3")
     (True, False, False)
-    >>> stdout_matches("3.0000001", "3", float_tol=1e-6), stdout_matches("999999000", "999999937", float_tol=1e-6)
+    >>> stdout_matches("2.5000001", "2.5", float_tol=1e-6), stdout_matches("3.0000001", "3", float_tol=1e-6)
     (True, False)
+    >>> stdout_matches("999999000.0", "999999937", float_tol=1e-6), stdout_matches("inf", "1" * 5000, float_tol=1e-6)
+    (False, False)
     """
     a, e = _stdout_lines(actual), _stdout_lines(expected)
     if a == e:
@@ -99,28 +103,50 @@ def stdout_matches(actual: str, expected: str, float_tol: float | None = None) -
         if len(ta) != len(te):
             return False
         for x, y in zip(ta, te, strict=True):
-            if x != y and not _tokens_close(x, y, float_tol):
+            if x != y and not _tokens_match(x, y, float_tol):
                 return False
     return True
 
 
-def _tokens_close(x: str, y: str, tol: float) -> bool:
-    """Two output tokens as numbers: integers compare exactly, a float on either side within ``tol``."""
+_INTEGER_TOKEN = re.compile(r"[+-]?[0-9]+")
+
+
+def _decimal(token: str) -> Decimal | None:
+    """An output token as an exact number (any size, no float rounding), or None when it is not a finite number."""
     try:
-        return int(x) == int(y)
-    except ValueError:
-        pass
-    try:
-        return _numbers_close(float(x), float(y), tol)
-    except ValueError:
+        d = Decimal(token)
+    except (ArithmeticError, ValueError):
+        return None
+    return d if d.is_finite() else None
+
+
+def _tokens_match(x: str, y: str, tol: float) -> bool:
+    """Output token ``x`` against expected token ``y`` under ``float_tol``: see :func:`numbers_match`."""
+    a = _decimal(x)
+    if a is None:  # not a finite number (a word, ``inf``, ``nan``): only the same text matched
         return False
+    if _INTEGER_TOKEN.fullmatch(y):
+        return a == Decimal(y)
+    e = _decimal(y)
+    return e is not None and numbers_match(float(a), float(e), tol)
 
 
-def _numbers_close(a: int | float, b: int | float, tol: float) -> bool:
-    """``a`` and ``b`` (one of them a float) within ``tol``; an int too large for a float is never close to one."""
+def numbers_match(actual: int | float, expected: int | float, tol: float | None) -> bool:
+    """The number rule of ``float_tol`` (stdout tokens and call-based values): an integer expected value is matched
+    only by an output exactly equal to it, at any size; the tolerance (relative or absolute) is for non-integer
+    expected values; a non-finite output never matches a finite expected value. Exact comparisons use Python's
+    ``int``/``float`` comparison (stdout: ``Decimal``), never a conversion to ``float`` that overflows or rounds.
+
+    >>> numbers_match(999999000.0, 999999937, 1e-6), numbers_match(10**400, 10**400, 1e-6), numbers_match(4.0, 4, 0.1)
+    (False, True, True)
+    >>> numbers_match(2.5000001, 2.5, 1e-6), numbers_match(float("inf"), 2.5, 1e-6), numbers_match(10**400, 2.5, 1e-6)
+    (True, False, False)
+    """
+    if type(expected) is int or tol is None:
+        return actual == expected
     try:
-        return math.isclose(float(a), float(b), rel_tol=tol, abs_tol=tol)
-    except OverflowError:
+        return math.isclose(float(actual), float(expected), rel_tol=tol, abs_tol=tol)
+    except OverflowError:  # an int too large for a float is close to no float
         return False
 
 
@@ -136,11 +162,13 @@ def _json_key(k: Any) -> Any:
 
 def values_match(actual: Any, expected: Any, float_tol: float | None = None) -> bool:
     """Call-based comparison of a returned value (plain data) with a JSON expected value. Tuples count as lists
-    (JSON has none); ``bool`` is not ``int``; ``3.0`` is not ``3`` unless ``float_tol`` is set, which applies when a
-    float is involved (two ints compare exactly; an int too large for a float matches no float).
+    (JSON has none); ``bool`` is not ``int``; ``3.0`` is not ``3`` unless ``float_tol`` is set, which applies to
+    non-integer expected values only (:func:`numbers_match`).
 
     >>> values_match((1, [2]), [1, [2]]), values_match(3.0, 3), values_match(3.0, 3, 1e-9), values_match(True, 1)
     (True, False, True, False)
+    >>> values_match(3.0000001, 3, 1e-6), values_match(3.0000001, 3.0, 1e-6)
+    (False, True)
     """
     te = type(expected)
     if expected is None or te in (bool, str):
@@ -148,9 +176,9 @@ def values_match(actual: Any, expected: Any, float_tol: float | None = None) -> 
     if te in (int, float):
         if type(actual) not in (int, float):
             return False
-        if float_tol is None or (type(actual) is int and te is int):  # the tolerance is for floats only
+        if float_tol is None:
             return type(actual) is te and actual == expected
-        return _numbers_close(actual, expected, float_tol)
+        return numbers_match(actual, expected, float_tol)
     if te is list:
         return (
             type(actual) in (list, tuple)

@@ -67,12 +67,15 @@ class CodeReward:
         self._failures = 0  # consecutive sandbox failures
         self._failures_lock = threading.Lock()
         self._noticed_for: Any = _NOT_YET  # the TrainerState the isolation fallback was last reported for
+        # Rows scored None because the sandbox gave no verdict (it could not start, the machine ran out of something),
+        # counted since this object was made (or unpickled in this process): see docs/code-sandbox.md.
+        self.no_verdict_rows = 0
 
     def __repr__(self) -> str:
         return f"CodeReward(name={self.__name__!r}, partial_credit={self.partial_credit}, {self.settings})"
 
     def __getstate__(self) -> dict:
-        process_state = ("_warned", "_failures", "_failures_lock", "_noticed_for")
+        process_state = ("_warned", "_failures", "_failures_lock", "_noticed_for", "no_verdict_rows")
         return {k: v for k, v in self.__dict__.items() if k not in process_state}
 
     def __setstate__(self, state: dict) -> None:
@@ -80,28 +83,33 @@ class CodeReward:
         self._reset_process_state()
 
     def score(self, completion: Any, tests: Any, entry_point: str | None = None) -> float | None:
-        """Reward of one completion: None when the tests are unusable, 0.0 without code."""
+        """Reward of one completion: None when the tests are unusable or the sandbox gave no verdict, 0.0 without
+        code."""
+        return self._score(completion, tests, entry_point)[0]
+
+    def _score(self, completion: Any, tests: Any, entry_point: str | None) -> tuple[float | None, bool]:
+        """(reward, whether the sandbox failed to give a verdict): see `score`."""
         try:
             kind, spec = parse_tests(tests)
             if kind == "assert":
                 plan_asserts(spec, entry_point)  # validate before running anything
         except UnsupportedTests as exc:
             self._warn(str(exc))
-            return None
+            return None, False
         code = extract_code(completion_text(completion, messages="all"))
         if code is None:
-            return 0.0
+            return 0.0, False
         try:
             report = run_parsed(code, kind, spec, self.settings, not self.partial_credit, entry_point)
-        except (RuntimeError, OSError) as exc:  # sandbox infrastructure failure: no verdict rather than a wrong one
+        except (RuntimeError, OSError, MemoryError) as exc:  # sandbox infrastructure failure: no verdict, not 0.0
             self._sandbox_failed(exc)
             self._warn(f"sandbox failure: {exc}", prefix="no verdict, reward None")
-            return None
+            return None, True
         with self._failures_lock:
             self._failures = 0
         if report.total == 0:
-            return None
-        return report.fraction if self.partial_credit else float(report.all_passed)
+            return None, False
+        return (report.fraction if self.partial_credit else float(report.all_passed)), False
 
     def __call__(
         self, completions: Sequence[Any], tests: Sequence[Any] | None = None, **kwargs: Any
@@ -124,9 +132,15 @@ class CodeReward:
         workers = max(1, min(self.max_workers or _default_workers(), len(jobs)))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="code-reward") as pool:
             results = dict(
-                zip(jobs, pool.map(lambda i: self.score(completions[i], tests[i], entry[i]), jobs), strict=True)
+                zip(jobs, pool.map(lambda i: self._score(completions[i], tests[i], entry[i]), jobs), strict=True)
             )
-        return [results[first[key]] for key in keys]
+        rows = [results[first[key]] for key in keys]
+        no_verdict = sum(failed for _, failed in rows)
+        self.no_verdict_rows += no_verdict
+        log_metric = kwargs.get("log_metric")
+        if log_metric is not None:
+            log_metric(f"{self.__name__}/no_verdict", float(no_verdict))
+        return [value for value, _ in rows]
 
     def _sandbox_failed(self, error: Exception) -> None:
         """Count a run that gave no verdict; raise `SandboxUnavailable` once they form a streak."""

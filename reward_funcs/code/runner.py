@@ -4,9 +4,8 @@ The sandbox (:mod:`reward_funcs.code.sandbox`) only reports what the candidate c
 here, in the parent, against expected values that never enter the sandbox:
 
 * stdin/stdout and call-based cases: one record per case, compared with ``stdout_matches`` / ``values_match``;
-* assert-style tests split into probes (:mod:`reward_funcs.code.asserts`): the candidate returns the probes' values,
-  simple checks are evaluated here and the others by an oracle process that runs only the test code;
-* a test program that cannot be split: one all-or-nothing verdict from the oracle.
+* assert-style tests (:mod:`reward_funcs.code.asserts`): one verdict per test from the sandboxed oracle process,
+  which runs the test code against stubs that call the candidate's process.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import sandbox
-from .asserts import AssertPlan, eval_simple, plan_asserts
+from .asserts import plan_asserts
 from .formats import parse_tests, stdout_matches, values_match
 from .sandboxed.codec import decode_value, encode_value
 
@@ -89,7 +88,7 @@ def case_count(kind: str, spec: Any, entry_point: str | None) -> int:
         return len(spec[0])
     if kind == "call":
         return len(spec[1])
-    return len(plan_asserts(spec, entry_point).checks)
+    return len(plan_asserts(spec, entry_point).units)
 
 
 def run_code_tests(
@@ -153,10 +152,18 @@ def run_parsed(
         outcomes = _run_cases(run, job, len(inputs), same_value, "wrong return value", stop_on_failure)
     else:
         plan = plan_asserts(spec, entry_point)
-        if plan.program is not None:
-            outcomes = (_run_program(run, code, plan),)
-        else:
-            outcomes = _run_split_asserts(run, code, plan, stop_on_failure)
+
+        def assert_passed(k: int, rec: dict) -> bool:
+            return rec.get("o") == "ok" and rec.get("v") is True
+
+        job = {
+            "mode": "program",
+            "code": code,
+            "steps": [list(s) for s in plan.steps],
+            "units": len(plan.units),
+            "names": list(plan.solution_names),
+        }
+        outcomes = _run_cases(run, job, len(plan.units), assert_passed, plan.units, stop_on_failure)
     return CodeTestReport(outcomes, kind, True, backend)
 
 
@@ -171,22 +178,35 @@ def _sandbox_outcome(rec: dict | None) -> TestOutcome | None:
 
 
 def _run_cases(
-    run: _Run, job: dict, n: int, correct: Callable[[int, dict], bool], wrong: str, stop_on_failure: bool
+    run: _Run,
+    job: dict,
+    n: int,
+    correct: Callable[[int, dict], bool],
+    wrong: str | tuple[str, ...],
+    stop_on_failure: bool,
 ) -> tuple[TestOutcome, ...]:
-    """Cases with one record each (stdin/stdout, call-based): ``correct(k, record)`` judges what case k produced;
-    ``wrong`` is the detail of a failed one. Cases without a record (the run stopped early) are skipped."""
+    """Tests with one record each: ``correct(k, record)`` judges what test k produced; a failed one's detail is
+    ``wrong``, or with one source per test (assert-style) what the oracle said, else the assert's source. Tests
+    without a record (the run stopped early) are skipped."""
     decided: dict[int, TestOutcome] = {}
 
     def on_record(rec: dict) -> bool:
         k = rec["k"]
         outcome = _sandbox_outcome(rec)
         if outcome is None:
-            outcome = TestOutcome(k, "passed") if _judged(correct, k, rec) else TestOutcome(k, "failed", wrong)
+            outcome = TestOutcome(k, "passed") if _judged(correct, k, rec) else _failed(k, rec, wrong)
         decided[k] = outcome
         return stop_on_failure and outcome.outcome != "passed"
 
     run(job, on_record=on_record)
     return tuple(decided.get(k, TestOutcome(k, "skipped")) for k in range(n))
+
+
+def _failed(k: int, rec: dict, wrong: str | tuple[str, ...]) -> TestOutcome:
+    if isinstance(wrong, str):
+        return TestOutcome(k, "failed", wrong)
+    told = str(rec.get("d", ""))  # the oracle's: "AssertionError: " for an assert without a message
+    return TestOutcome(k, "failed", told + wrong[k] if told in ("", "AssertionError: ") else told)
 
 
 def _judged(correct: Callable[[int, dict], bool], k: int, rec: dict) -> bool:
@@ -196,129 +216,3 @@ def _judged(correct: Callable[[int, dict], bool], k: int, rec: dict) -> bool:
         return correct(k, rec)
     except Exception:
         return False
-
-
-def _run_program(run: _Run, code: str, plan: AssertPlan) -> TestOutcome:
-    """A test program that cannot be split: the oracle runs it against the candidate's call server."""
-    job = {"mode": "program", "code": code, "test": plan.program, "names": list(plan.solution_names)}
-    rec = run(job).get(0)
-    outcome = _sandbox_outcome(rec)
-    if outcome is None:
-        passed = rec is not None and rec.get("o") == "ok" and rec.get("v") is True
-        detail = "" if passed else str(rec.get("d", "") if rec else "no result")
-        outcome = TestOutcome(0, "passed" if passed else "failed", detail)
-    return outcome
-
-
-def _run_split_asserts(run: _Run, code: str, plan: AssertPlan, stop_on_failure: bool) -> tuple[TestOutcome, ...]:
-    """Probes in the candidate process, then the checks: simple ones here, the others in the oracle process."""
-    checks = _SplitChecks(plan, stop_on_failure, run.keywords["limits"].output_bytes)
-    if plan.probes:
-        job = {
-            "mode": "calls",
-            "code": code,
-            "setup": list(plan.child_setup),
-            "cases": [{"expr": e} for e in plan.probes],
-        }
-        run(job, on_record=checks.on_probe)
-    oracle = checks.decide_rest()
-    if oracle:
-        cases = [
-            {
-                "expr": plan.checks[i].expr,
-                "truth": True,
-                "bind": {f"__p{p}__": encode_value(checks.values[p]) for p in plan.checks[i].probes},
-            }
-            for i in oracle
-        ]
-        checks.take_oracle(
-            oracle, run({"mode": "calls", "code": "", "setup": list(plan.oracle_setup), "cases": cases})
-        )
-    return checks.outcomes()
-
-
-class _SplitChecks:
-    """The state of split assert tests: probe values (or failures) as they arrive, and the checks decided so far."""
-
-    def __init__(self, plan: AssertPlan, stop_on_failure: bool, limit: int) -> None:
-        self.plan, self.stop_on_failure = plan, stop_on_failure
-        self.plan_limit = limit  # bytes of probe records the trainer decodes and keeps for one run
-        self.values: dict[int, Any] = {}  # probe values still needed (by the oracle's checks), see on_probe
-        self.kept_bytes = 0
-        self.probe_fail: dict[int, TestOutcome] = {}
-        self.done: dict[int, TestOutcome] = {}
-        self.owner = {p: i for i, c in enumerate(plan.checks) for p in c.probes}
-
-    def decide_simple(self, i: int) -> TestOutcome | None:
-        """Check i's outcome once its probes are in, if the parent evaluates it itself; else None."""
-        c = self.plan.checks[i]
-        for p in c.probes:
-            if p in self.probe_fail:
-                return TestOutcome(i, self.probe_fail[p].outcome, self.probe_fail[p].detail)
-            if p not in self.values:
-                return None
-        if not c.simple:
-            return None
-        try:
-            ok = bool(eval_simple(c.expr, {f"__p{p}__": self.values[p] for p in c.probes}, self.plan.literals))
-        except Exception as exc:  # e.g. TypeError comparing str and int: the assert would have raised
-            return TestOutcome(i, "failed", f"{type(exc).__name__} evaluating {c.source}")
-        return TestOutcome(i, "passed") if ok else TestOutcome(i, "failed", c.source)
-
-    def on_probe(self, rec: dict) -> bool:
-        """A probe's record; True stops the run (``stop_on_failure`` and a check failed)."""
-        p = rec["k"]
-        bad = _sandbox_outcome(rec)
-        self.kept_bytes += int(rec.get("size", 0))
-        if bad is not None:
-            self.probe_fail[p] = bad
-        elif self.kept_bytes > self.plan_limit:
-            self.probe_fail[p] = TestOutcome(p, "error", "probe values larger than the output limit")
-        else:
-            try:
-                self.values[p] = decode_value(rec.get("v"))
-            except (ValueError, TypeError, RecursionError):
-                self.probe_fail[p] = TestOutcome(p, "error", "undecodable value")
-        i = self.owner.get(p)
-        if i is not None and i not in self.done:
-            res = self.decide_simple(i)
-            if res is not None:
-                self.done[i] = res
-                self._forget(i)
-                return self.stop_on_failure and res.outcome != "passed"
-        return False
-
-    def _forget(self, i: int) -> None:
-        """Check i is decided: drop its probe values, so that the trainer keeps only what the oracle still needs."""
-        for p in self.plan.checks[i].probes:
-            self.values.pop(p, None)
-
-    def decide_rest(self) -> list[int]:
-        """After the probes: decide the simple checks left; return the checks that go to the oracle."""
-        stopped = self.stop_on_failure and any(o.outcome != "passed" for o in self.done.values())
-        for i, c in enumerate(self.plan.checks):
-            if i not in self.done and not stopped and all(p in self.values or p in self.probe_fail for p in c.probes):
-                res = self.decide_simple(i)
-                if res is not None:
-                    self.done[i] = res
-                    self._forget(i)
-        return [
-            i
-            for i, c in enumerate(self.plan.checks)
-            if i not in self.done and not stopped and all(p in self.values for p in c.probes)
-        ]
-
-    def take_oracle(self, oracle: list[int], recs: dict) -> None:
-        """The oracle's verdicts on checks ``oracle`` (its record j is about check ``oracle[j]``)."""
-        for j, i in enumerate(oracle):
-            rec = recs.get(j)
-            if rec is None or rec.get("o") != "ok":
-                self.done[i] = TestOutcome(i, "failed", f"check raised: {rec.get('d', '') if rec else 'no result'}")
-            else:
-                passed = rec.get("v") is True
-                self.done[i] = TestOutcome(
-                    i, "passed" if passed else "failed", "" if passed else self.plan.checks[i].source
-                )
-
-    def outcomes(self) -> tuple[TestOutcome, ...]:
-        return tuple(self.done.get(i, TestOutcome(i, "skipped")) for i in range(len(self.plan.checks)))

@@ -380,7 +380,9 @@ def _probe(backend: str) -> str:
     """Run a trivial job on ``backend``; return '' when it works, else the reason."""
     try:
         recs = run_job(
-            {"mode": "calls", "code": "x = 41", "cases": [{"expr": "x + 1"}]}, Limits(timeout_s=10), backend=backend
+            {"mode": "calls", "code": "def f(x):\n    return x + 1", "cases": [{"fn": "f", "args": [41]}]},
+            Limits(timeout_s=10),
+            backend=backend,
         )
     except Exception as exc:  # any failure means "not this backend"
         return f"{type(exc).__name__}: {exc}"

@@ -4,29 +4,33 @@ The supervisor forks, puts the file descriptors in place and ``exec``s ``__main_
 starts with an address space of its own: the test program, the expected values and the supervisor's job are not in
 it, by any route (frames, garbage collector, module tables, ``/proc/self``, the environment, argv). File descriptors:
 
-* 0: stdin (stdin/stdout mode: a memfd with the case input; program mode: the oracle's calls; else ``/dev/null``)
+* 0: stdin (stdin/stdout mode: a memfd with the case input; server mode: the oracle's calls; else ``/dev/null``)
 * 1: stdout (stdin/stdout mode: the captured output; else ``/dev/null``); 2: ``/dev/null``
-* 3: this process's reports (JSON lines, claims the parent checks against values it alone holds)
-* 4: the run as one JSON document (read and closed before confinement): ``mode``, ``code``, the probes or calls of
-  this run (calls mode), the confinement settings and the modules to import while still privileged.
+* 3: this process's reports (JSON lines, claims the parent or the oracle checks against values they alone hold)
+* 4: the run as one JSON document (read and closed before confinement): ``mode``, ``code``, the calls of this run
+  (calls mode), the confinement settings and the modules to import while still privileged.
 
 Reports: ``{"k": -1, "o": "loaded"}`` once the solution module ran, then per test ``{"k", "o": "ok", "v"}`` /
-``{"k", "o": "error" | "memory", "d"}`` (calls); ``{"o": "ok", "v"}`` / ``{"o": "raise", "t", "d"}`` per call
-(program mode); ``error TYPE`` / ``memory`` lines (stdin/stdout mode, where the exit status and output count).
+``{"k", "o": "error" | "memory", "d"}`` (calls); ``{"o": "ok", "v"}`` / ``{"o": "raise", "t", "d"}`` /
+``{"o": "notplain" | "memory", "d"}`` per call (server mode, assert-style tests); ``error TYPE`` / ``memory`` lines
+(stdin/stdout mode, where the exit status and output count). Return values cross as plain data (`encode_result`).
 """
 
 from __future__ import annotations
 
 import builtins
+import itertools
 import json
 import os
 import sys
+from collections.abc import Iterator
 
-from .codec import decode_value, encode_value
+from .codec import MAX_NODES, NotPlainData, decode_value, encode_value
 from .confine import clean_sys_path, confine
 from .os_calls import describe, read_all, report, write_all
 
 REPORT_FD, RUN_FD = 3, 4
+_PLAIN_TYPES = (list, tuple, dict, set, frozenset, str, bytes, bytearray)  # iterable, never drained
 _MEMORY_LOADING = b'{"k":-1,"o":"memory","d":"MemoryError while loading"}\n'
 
 
@@ -42,9 +46,9 @@ def main(argv: list[str]) -> int:
     clean_sys_path()  # the solution imports the standard library only (or site-packages when allowed)
     mode, code = run["mode"], run["code"]
     if mode == "calls":
-        setup, cases, start = run.get("setup", ()), run["cases"], int(run["start"])
+        cases, start = run["cases"], int(run["start"])
         del run
-        run_calls(code, setup, cases, start)
+        run_calls(code, cases, start)
     elif mode == "server":
         del run
         serve_calls(code)
@@ -68,14 +72,12 @@ def _resolve_callable(g: dict, name: str):
     raise NameError(f"no function or Solution method named {name!r}")
 
 
-def _load(code: str, setup=()) -> dict:
-    """Run the solution module (then the probes' setup statements); report ``loaded`` or end the process."""
+def _load(code: str) -> dict:
+    """Run the solution module; report ``loaded`` or end the process."""
     g: dict = {"__name__": "__main__", "__builtins__": builtins}
     failure = None
     try:
         exec(compile(code, "<solution>", "exec"), g)
-        for src in setup:
-            exec(compile(src, "<test>", "exec"), g)
     except MemoryError:
         failure = "memory"  # reported below, once the traceback (and the memory it pins) is gone
     except BaseException as exc:  # SystemExit included: leaving early is not a pass
@@ -91,22 +93,15 @@ def _load(code: str, setup=()) -> dict:
     return g
 
 
-def run_calls(code: str, setup, cases: list, start: int) -> None:
-    """Call-based cases and assert probes ``start..``, in order, in this one process."""
-    g = _load(code, setup)
+def run_calls(code: str, cases: list, start: int) -> None:
+    """Call-based cases ``start..``, in order, in this one process."""
+    g = _load(code)
     for k in range(start, len(cases)):
         case = cases[k]
         rec = None
         try:
-            if "expr" in case:
-                for name, enc in case.get("bind", {}).items():
-                    g[name] = decode_value(enc)
-                value = eval(compile(case["expr"], "<test>", "eval"), g)
-                if case.get("truth"):
-                    value = bool(value)
-            else:
-                value = _resolve_callable(g, case["fn"])(*decode_value(case["args"]))
-            rec = {"k": k, "o": "ok", "v": encode_value(value)}
+            value = _resolve_callable(g, case["fn"])(*decode_value(case["args"]))
+            rec = {"k": k, "o": "ok", "v": encode_result(value)}
             value = None
         except MemoryError:
             pass
@@ -119,11 +114,24 @@ def run_calls(code: str, setup, cases: list, start: int) -> None:
     os._exit(0)  # skip atexit handlers and non-daemon threads: every result is already reported
 
 
+def encode_result(value):
+    """A returned value as plain data: an iterator or generator is drained here (at most ``MAX_NODES`` items, the
+    time it takes counts against the test's) and sent as a list; anything else that is not plain data raises
+    `NotPlainData`."""
+    if type(value) not in _PLAIN_TYPES and isinstance(value, Iterator):
+        items = list(itertools.islice(value, MAX_NODES + 1))
+        if len(items) > MAX_NODES:
+            raise NotPlainData(f"an iterator of more than {MAX_NODES} items")
+        value = items
+    return encode_value(value)
+
+
 def serve_calls(code: str) -> None:
-    """Program mode: load the solution, then answer calls ``{"fn", "a", "kw"}`` read from a private copy of fd 0
-    with ``{"o": "ok", "v"}`` or ``{"o": "raise", "t", "d"}``. Only the return value goes back: changes the solution
-    makes to its arguments stay here, so it cannot rewrite a test's expected value through an argument. Leaving
-    (``SystemExit``, ``os._exit``) ends the conversation, which the oracle reports as a failure."""
+    """Server mode (assert-style tests): load the solution, then answer calls ``{"fn", "a", "kw"}`` read from a
+    private copy of fd 0 with ``{"o": "ok", "v"}``, ``{"o": "raise", "t", "d"}`` or ``{"o": "notplain" | "memory",
+    "d"}``. Only the return value goes back: changes the solution makes to its arguments stay here, so it cannot
+    rewrite a test's expected value through an argument. Leaving (``SystemExit``, ``os._exit``) ends the
+    conversation, which the oracle reports as a failure."""
     requests = os.dup(0)
     os.dup2(2, 0)  # the solution reads an empty stdin
     g = _load(code)
@@ -140,10 +148,12 @@ def serve_calls(code: str) -> None:
             msg = json.loads(line)
             args = decode_value(msg["a"])
             value = _resolve_callable(g, msg["fn"])(*args, **decode_value(msg["kw"]))
-            rec = {"o": "ok", "v": encode_value(value)}
+            rec = {"o": "ok", "v": encode_result(value)}
             value = None
         except MemoryError:
             pass
+        except NotPlainData as exc:
+            rec = {"o": "notplain", "d": str(exc)}
         except Exception as exc:
             rec = {"o": "raise", "t": type(exc).__name__, "d": describe(exc)}
         except BaseException:

@@ -35,134 +35,126 @@ def parse_report(line: bytes) -> dict | None:
         return None
 
 
-def collect_calls(sup, pid: int, r: int, k: int, cases: list, timeout: float) -> int:
-    """Read the candidate's reports; return the index of the next probe to run in a fresh process."""
-    buf = b""
-    loaded = False
-    deadline = time.monotonic() + timeout
-    cap = int(sup.limits["output_bytes"])
-    pidfd = os.pidfd_open(pid)
-    watch = [r, pidfd]
-    status = None
-    try:
-        while True:
-            wait = deadline - time.monotonic()
-            if wait <= 0:
-                sup.kill_candidates()
-                if not loaded:
-                    sup.fail_rest(k, "timeout", "solution module did not finish loading in time")
-                    return len(cases)
-                sup.emit({"k": k, "o": "timeout", "d": f"no result within {timeout:g} s"})
-                return k + 1
-            # Once the process has exited only buffered data is left: poll without blocking, since a
-            # descendant may still hold the write end of the pipe open.
-            ready, _, _ = select.select(watch, [], [], 0 if status is not None else min(wait, 0.5))
-            if not ready and status is None:
-                reap_zombies_except(pid)
-                continue
-            if pidfd in ready:
-                status = wait_status(pid)
-                watch.remove(pidfd)
-                os.set_blocking(r, False)
-            chunk = b""
-            if r in ready or status is not None:
-                try:
-                    chunk = os.read(r, 1 << 16)
-                except BlockingIOError:
-                    chunk = b""
-                if not chunk and r in watch:
-                    watch.remove(r)
-            buf += chunk
-            if len(buf) > cap:
-                sup.kill_candidates()
-                sup.emit({"k": k, "o": "error", "d": "result larger than the output limit"})
-                return k + 1
-            while b"\n" in buf:
-                line, buf = buf.split(b"\n", 1)
-                rec = parse_report(line)
-                if rec is None or "k" not in rec:
-                    sup.kill_candidates()
-                    sup.emit({"k": k, "o": "error", "d": "malformed (or too large) report from the candidate process"})
-                    return k + 1
-                rk, outcome = rec["k"], rec["o"]
-                if not loaded:
-                    if rk != -1 or outcome not in ("loaded", "error", "memory"):
-                        sup.kill_candidates()
-                        sup.fail_rest(k, "error", "protocol violation while loading")
-                        return len(cases)
-                    if outcome != "loaded":
-                        sup.fail_rest(k, outcome, printable(rec.get("d", "")))
-                        return len(cases)
-                    loaded = True
-                    deadline = time.monotonic() + timeout
-                    continue
-                if rk != k or outcome not in ("ok", "error", "memory"):
-                    sup.kill_candidates()
-                    sup.emit({"k": k, "o": "error", "d": "protocol violation"})
-                    return k + 1
-                out = {"k": k, "o": outcome, "d": printable(rec.get("d", ""))}
-                if outcome == "ok":
-                    out["v"] = rec.get("v")
-                sup.emit(out)
-                k += 1
-                if k == len(cases):
-                    return k
-                deadline = time.monotonic() + timeout
-            if status is not None and not chunk:
-                # Exited (or closed its report pipe and exited) before reporting the current probe.
-                if not loaded:
-                    sup.fail_rest(k, "error", f"solution module did not load ({status})")
-                    return len(cases)
-                sup.emit({"k": k, "o": dead_outcome(status), "d": f"process ended before reporting ({status})"})
-                return k + 1
-    finally:
-        os.close(pidfd)
+class _ReportPipe:
+    """A started process's report pipe and its pidfd: complete lines as they come, until the process has exited and
+    the pipe holds nothing more (a descendant may still hold the write end open, so it is then read without
+    blocking)."""
 
+    def __init__(self, pid: int, r: int, cap: int) -> None:
+        self.pid, self.r, self.cap = pid, r, cap
+        self.pidfd = os.pidfd_open(pid)
+        self.watch = [r, self.pidfd]
+        self.status: str | None = None  # how the process ended, once it has
+        self.buf = self.chunk = b""
 
-def collect_program(sup, pid: int, r: int, timeout: float) -> dict:
-    """The oracle's verdict: loading the solution and running the tests get ``timeout`` seconds each."""
-    buf = b""
-    loaded = False
-    deadline = time.monotonic() + timeout
-    pidfd = os.pidfd_open(pid)
-    status = None
-    try:
-        while True:
-            wait = deadline - time.monotonic()
-            if wait <= 0:
-                sup.kill_candidates()
-                what = "the tests did not finish" if loaded else "the solution module did not finish loading"
-                return {"o": "timeout", "d": f"{what} within {timeout:g} s"}
-            watch = [r] if status is not None else [r, pidfd]
-            ready, _, _ = select.select(watch, [], [], 0 if status is not None else min(wait, 0.5))
-            if not ready and status is None:
-                reap_zombies_except(pid)
-                continue
-            if pidfd in ready:
-                status = wait_status(pid)
-                os.set_blocking(r, False)
+    def lines(self, wait: float) -> list[bytes] | None:
+        """The complete lines read within ``wait`` seconds (at most 0.5 s), None once more than ``cap`` bytes are
+        pending."""
+        ready, _, _ = select.select(self.watch, [], [], 0 if self.status is not None else min(wait, 0.5))
+        self.chunk = b""
+        if not ready and self.status is None:
+            reap_zombies_except(self.pid)
+            return []
+        if self.pidfd in ready:
+            self.status = wait_status(self.pid)
+            self.watch.remove(self.pidfd)
+            os.set_blocking(self.r, False)
+        if self.r in ready or self.status is not None:
             try:
-                chunk = os.read(r, 1 << 16) if (r in ready or status is not None) else b""
+                self.chunk = os.read(self.r, 1 << 16)
             except BlockingIOError:
-                chunk = b""
-            buf += chunk
-            while b"\n" in buf:
-                line, buf = buf.split(b"\n", 1)
-                rec = parse_report(line)
-                if rec is None:
-                    return {"o": "error", "d": "malformed report from the test process"}
-                outcome = rec["o"]
-                if outcome == "loaded" and not loaded:
-                    loaded = True
-                    deadline = time.monotonic() + timeout
-                    continue
-                if outcome not in ("ok", "error", "memory"):
-                    return {"o": "error", "d": "protocol violation"}
-                return {"o": outcome, "v": rec.get("v") is True, "d": printable(rec.get("d", ""))}
-            if status is not None and not chunk:
-                return {"o": "error", "d": f"the test process ended without a verdict ({status})"}
+                pass
+            if not self.chunk and self.r in self.watch:
+                self.watch.remove(self.r)
+        self.buf += self.chunk
+        if len(self.buf) > self.cap:
+            return None
+        *complete, self.buf = self.buf.split(b"\n")
+        return complete
+
+    @property
+    def ended(self) -> bool:
+        return self.status is not None and not self.chunk
+
+    def close(self) -> None:
+        os.close(self.pidfd)
+
+
+class _CallsRun:
+    """Tests ``k..n-1`` of one process (a candidate running call-based cases, or the oracle running assert-style
+    tests): each report becomes the supervisor's record; each method returns the index of the next test to run in
+    a fresh process once this one is done with, else None."""
+
+    def __init__(self, sup, k: int, n: int, timeout: float) -> None:
+        self.sup, self.k, self.n, self.timeout = sup, k, n, timeout
+        self.loaded = False
+        self.deadline = time.monotonic() + timeout
+
+    def stop(self, outcome: str, detail: str, rest: bool = False) -> int:
+        """Kill the run's processes; fail test k (``rest``: every test left) with ``outcome``."""
+        self.sup.kill_candidates()
+        if rest:
+            self.sup.fail_rest(self.k, self.n, outcome, detail)
+            return self.n
+        self.sup.emit({"k": self.k, "o": outcome, "d": detail})
+        return self.k + 1
+
+    def timed_out(self) -> int:
+        if not self.loaded:
+            return self.stop("timeout", "solution module did not finish loading in time", rest=True)
+        return self.stop("timeout", f"no result within {self.timeout:g} s")
+
+    def take(self, line: bytes) -> int | None:
+        rec = parse_report(line)
+        if rec is None or "k" not in rec:
+            return self.stop("error", "malformed (or too large) report from the candidate process")
+        rk, outcome, detail = rec["k"], rec["o"], printable(rec.get("d", ""))
+        if not self.loaded:
+            if rk != -1 or outcome not in ("loaded", "error", "memory"):
+                return self.stop("error", "protocol violation while loading", rest=True)
+            if outcome != "loaded":
+                return self.stop(outcome, detail, rest=True)
+            self.loaded = True
+            self.deadline = time.monotonic() + self.timeout
+            return None
+        if rk != self.k or outcome not in ("ok", "error", "memory"):
+            return self.stop("error", "protocol violation")
+        out = {"k": self.k, "o": outcome, "d": detail}
+        if outcome == "ok":
+            out["v"] = rec.get("v")
+        self.sup.emit(out)
+        self.k += 1
+        self.deadline = time.monotonic() + self.timeout
+        return self.n if self.k == self.n else None
+
+    def ended(self, status: str) -> int:
+        """The process exited (or closed its report pipe and exited) before reporting test k."""
+        if not self.loaded:
+            return self.stop("error", f"solution module did not load ({status})", rest=True)
+        return self.stop(dead_outcome(status), f"process ended before reporting ({status})")
+
+
+def collect_calls(sup, pid: int, r: int, k: int, n: int, timeout: float) -> int:
+    """Read the reports of process ``pid`` about tests ``k..n-1`` (see `_CallsRun`): a candidate running call-based
+    cases, or the oracle running assert-style tests. Return the index of the next test to run in a fresh process."""
+    pipe = _ReportPipe(pid, r, int(sup.limits["output_bytes"]))
+    run = _CallsRun(sup, k, n, timeout)
+    try:
+        while True:
+            wait = run.deadline - time.monotonic()
+            if wait <= 0:
+                return run.timed_out()
+            lines = pipe.lines(wait)
+            if lines is None:
+                return run.stop("error", "result larger than the output limit")
+            for line in lines:
+                nxt = run.take(line)
+                if nxt is not None:
+                    return nxt
+            if pipe.ended:
+                return run.ended(pipe.status)
     finally:
-        os.close(pidfd)
+        pipe.close()
 
 
 def collect_stdio(sup, pid: int, out_r: int, rep_r: int, timeout: float, cap: int) -> dict:

@@ -5,8 +5,8 @@ starts the solution's process (`candidate`: a fresh interpreter, so that nothing
 with its test program included, is in it), feeds it, enforces the per-test wall time (`collect`), kills every
 process of the run when it ends, and writes one record per test to ``RESULT_FD``. Only the supervisor holds
 ``RESULT_FD`` (every started process closes it before anything else runs there) and it is not dumpable, so records on
-that channel are the supervisor's, never the candidate's. In program mode a forked `oracle` runs the test program
-against the candidate's call server.
+that channel are the supervisor's, never the candidate's. For assert-style tests a forked `oracle` runs the test
+program against the candidate's call server.
 """
 
 from __future__ import annotations
@@ -63,8 +63,8 @@ class Supervisor:
         record["nonce"] = self.nonce
         write_all(self.result_fd, (json.dumps(record, separators=(",", ":")) + "\n").encode())
 
-    def fail_rest(self, k: int, outcome: str, detail: str) -> None:
-        for i in range(k, len(self.spec["cases"])):
+    def fail_rest(self, k: int, n: int, outcome: str, detail: str) -> None:
+        for i in range(k, n):
             self.emit({"k": i, "o": outcome, "d": detail})
 
     # -- starting and killing the run's processes ------------------------------------------------------------
@@ -114,11 +114,11 @@ class Supervisor:
         os.close(run_fd)
         return pid
 
-    def start_oracle(self, stdin_fd: int, stdout_fd: int, verdict_w: int, cpu_s: int) -> int:
-        """Program mode: fork the oracle (it keeps this process's copy of the test program) and confine it. The tests
-        read nothing the candidate can write: modules from the Python install only (no folder of ours on
-        ``sys.path``), files in a working folder of their own (namespaces: a private tmpfs in a mount namespace of
-        their own; ``root``: a folder of the oracle's uid)."""
+    def start_oracle(self, stdin_fd: int, stdout_fd: int, verdict_w: int, cpu_s: int, start: int) -> int:
+        """Assert-style tests from test ``start`` on: fork the oracle (it keeps this process's copy of the test
+        program) and confine it. The tests read nothing the candidate can write: modules from the Python install only
+        (no folder of ours on ``sys.path``), files in a working folder of their own (namespaces: a private tmpfs in a
+        mount namespace of their own; ``root``: a folder of the oracle's uid)."""
         pid = self._fork_with_fds([stdin_fd, stdout_fd, verdict_w])
         if pid == 0:
             try:
@@ -126,7 +126,8 @@ class Supervisor:
                     private_tmp(int(self.limits["file_mb"]))
                 clean_sys_path()
                 confine(self.backend, self.oracle_uid, self.limits, cpu_s, self.oracle_dir)
-                run_tests(self.spec["test"], self.spec["names"], int(self.limits["output_bytes"]))
+                units, cap = int(self.spec["units"]), int(self.limits["output_bytes"])
+                run_tests(self.spec["steps"], self.spec["names"], start, units, cap)
             finally:
                 os._exit(70)
         return pid
@@ -171,37 +172,39 @@ class Supervisor:
 
     # -- the three kinds of run --------------------------------------------------------------------------------
     def run_calls(self) -> None:
-        """Call-based cases and assert probes: one candidate process runs them in order; after a timeout or crash a
-        fresh candidate process (re-running the solution module) continues with the next one."""
+        """Call-based cases: one candidate process runs them in order; after a timeout or crash a fresh candidate
+        process (re-running the solution module) continues with the next one."""
         cases = self.spec["cases"]
         timeout = float(self.limits["timeout_s"])
-        run = {"mode": "calls", "code": self.spec["code"], "setup": self.spec.get("setup", []), "cases": cases}
+        run = {"mode": "calls", "code": self.spec["code"], "cases": cases}
         k = 0
         while k < len(cases):
             r, w = os.pipe()
             cpu = int(math.ceil(timeout * (len(cases) - k + 1))) + 1
             pid = self.start_candidate({**run, "start": k}, self.devnull, self.devnull, w, cpu)
             os.close(w)
-            k = collect.collect_calls(self, pid, r, k, cases, timeout)
+            k = collect.collect_calls(self, pid, r, k, len(cases), timeout)
             os.close(r)
             self.kill_candidates()
 
     def run_program(self) -> None:
-        """One test program, all or nothing: the candidate process serves calls, the oracle process runs the tests."""
+        """Assert-style tests: the candidate process serves calls, the oracle process runs the tests and reports one
+        record per test; after a timeout or a crash a fresh pair continues with the next test."""
         timeout = float(self.limits["timeout_s"])
-        cpu = int(math.ceil(timeout)) + 1
-        req_r, req_w = os.pipe()  # oracle -> candidate: calls
-        resp_r, resp_w = os.pipe()  # candidate -> oracle: answers
-        self.start_candidate({"mode": "server", "code": self.spec["code"]}, req_r, self.devnull, resp_w, cpu)
-        verdict_r, verdict_w = os.pipe()  # oracle -> supervisor: made after the candidate exists, so it never held it
-        oracle = self.start_oracle(resp_r, req_w, verdict_w, cpu)
-        for fd in (req_r, req_w, resp_r, resp_w, verdict_w):
-            os.close(fd)
-        rec = collect.collect_program(self, oracle, verdict_r, timeout)
-        os.close(verdict_r)
-        self.kill_candidates()
-        rec["k"] = 0
-        self.emit(rec)
+        n = int(self.spec["units"])
+        k = 0
+        while k < n:
+            cpu = int(math.ceil(timeout * (n - k + 1))) + 1
+            req_r, req_w = os.pipe()  # oracle -> candidate: calls
+            resp_r, resp_w = os.pipe()  # candidate -> oracle: answers
+            self.start_candidate({"mode": "server", "code": self.spec["code"]}, req_r, self.devnull, resp_w, cpu)
+            verdict_r, verdict_w = os.pipe()  # oracle -> supervisor: made after the candidate exists, never its
+            oracle = self.start_oracle(resp_r, req_w, verdict_w, cpu, k)
+            for fd in (req_r, req_w, resp_r, resp_w, verdict_w):
+                os.close(fd)
+            k = collect.collect_calls(self, oracle, verdict_r, k, n, timeout)
+            os.close(verdict_r)
+            self.kill_candidates()
 
     def run_stdio(self) -> None:
         """stdin/stdout cases: a fresh candidate process per case, stdin from a memfd holding that case's input."""
