@@ -23,42 +23,14 @@ def guarded(func: Any, name: str, where: Callable[[], str]) -> Any:
 
     Example:
         >>> def broken(completions, **kwargs):
-        ...     raise KeyError("answer")
+        ...     raise RuntimeError("judge crashed")
         >>> guarded(broken, "broken", lambda: "training step 1")(["x"])
         Traceback (most recent call last):
         ...
-        trl_dapo_ext.reward_guard.RewardFunctionError: reward function 'broken' raised at training step 1: KeyError: 'answer'. Fix the function, or return None for completions it cannot score (TRL leaves those out of the advantages).
+        trl_dapo_ext.reward_guard.RewardFunctionError: reward function 'broken' raised at training step 1: RuntimeError: judge crashed. Fix the function, or return None for completions it cannot score (TRL leaves those out of the advantages).
     """
     if isinstance(func, torch.nn.Module):
         return func
-
-    def named(error: Exception, args: tuple, kwargs: dict) -> RewardFunctionError:
-        missing = missing_columns(func, error, args, kwargs)
-        if missing:
-            return RewardFunctionError(
-                f"reward function {name!r} needs the dataset column(s) {', '.join(map(repr, missing))}, which the "
-                f"training rows lack (TRL passes each dataset column as a keyword argument; these rows have "
-                f"{', '.join(sorted(kwargs)) or 'none'}). Add or rename the column in the dataset, or give the "
-                "parameter a default."
-            )
-        # A ValueError says what is wrong with the input (e.g. reward_funcs' missing-column error); a KeyError of
-        # a name the rows lack is most often a column read from kwargs; any other exception is a bug in the
-        # function, or a completion it cannot score.
-        advice = (
-            ""
-            if isinstance(error, ValueError)
-            else " Fix the function, or return None for completions it cannot score (TRL leaves those out of "
-            "the advantages)."
-        )
-        key = error.args[0] if isinstance(error, KeyError) and error.args else None
-        if isinstance(key, str) and key not in kwargs:
-            advice = (
-                f" If {key!r} is a dataset column, the training rows lack it (they have "
-                f"{', '.join(sorted(kwargs)) or 'none'}): add or rename it in the dataset."
-            )
-        return RewardFunctionError(
-            f"reward function {name!r} raised at {where()}: {type(error).__name__}: {str(error).rstrip('.')}.{advice}"
-        )
 
     if compat.is_async_callable(func):
 
@@ -66,7 +38,7 @@ def guarded(func: Any, name: str, where: Callable[[], str]) -> Any:
             try:
                 return await func(*args, **kwargs)
             except Exception as error:
-                raise named(error, args, kwargs) from error
+                raise _named(func, name, where, error, args, kwargs) from error
 
         return guarded_async
 
@@ -74,9 +46,41 @@ def guarded(func: Any, name: str, where: Callable[[], str]) -> Any:
         try:
             return func(*args, **kwargs)
         except Exception as error:
-            raise named(error, args, kwargs) from error
+            raise _named(func, name, where, error, args, kwargs) from error
 
     return guarded_sync
+
+
+def _named(
+    func: Callable, name: str, where: Callable[[], str], error: Exception, args: tuple, kwargs: dict
+) -> RewardFunctionError:
+    """The error a raising reward function becomes: what is missing, or what to fix, with where it happened."""
+    missing = missing_columns(func, error, args, kwargs)
+    if missing:
+        return RewardFunctionError(
+            f"reward function {name!r} needs the dataset column(s) {', '.join(map(repr, missing))}, which the "
+            f"training rows lack (TRL passes each dataset column as a keyword argument; these rows have "
+            f"{', '.join(sorted(kwargs)) or 'none'}). Add or rename the column in the dataset, or give the "
+            "parameter a default."
+        )
+    # A ValueError says what is wrong with the input (e.g. reward_funcs' missing-column error); a KeyError of
+    # a name the rows lack is most often a column read from kwargs; any other exception is a bug in the
+    # function, or a completion it cannot score.
+    advice = (
+        ""
+        if isinstance(error, ValueError)
+        else " Fix the function, or return None for completions it cannot score (TRL leaves those out of "
+        "the advantages)."
+    )
+    key = error.args[0] if isinstance(error, KeyError) and error.args else None
+    if isinstance(key, str) and key not in kwargs:
+        advice = (
+            f" If {key!r} is a dataset column, the training rows lack it (they have "
+            f"{', '.join(sorted(kwargs)) or 'none'}): add or rename it in the dataset."
+        )
+    return RewardFunctionError(
+        f"reward function {name!r} raised at {where()}: {type(error).__name__}: {str(error).rstrip('.')}.{advice}"
+    )
 
 
 def missing_columns(func: Callable, error: Exception, args: tuple, kwargs: dict) -> list[str]:
