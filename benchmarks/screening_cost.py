@@ -275,8 +275,9 @@ T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 
 def interval(values: list[float]) -> tuple[float, float]:
     """Mean and the half-width of a t-based 95% interval over seeds (2 to 10 seeds).
 
-    >>> interval([1.0, 2.0, 3.0])  # sd 1, sqrt(3), t(2) = 4.303
-    (2.0, 2.484...)
+    >>> mean, half = interval([1.0, 2.0, 3.0])  # sd 1, 3 seeds: t(2) = 4.303
+    >>> mean, round(half, 3)
+    (2.0, 2.484)
     """
     mean = float(np.mean(values))
     if len(values) < 2:
