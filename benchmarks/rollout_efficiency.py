@@ -48,14 +48,8 @@ from trl_dapo_ext.core.groups import GroupOutcome
 from trl_dapo_ext.dynamic_sampling.history import PromptHistory
 from trl_dapo_ext.dynamic_sampling.planner import POOLED, RefillPlanner, plan_refill_groups
 from trl_dapo_ext.dynamic_sampling.screening import (
-    AGREE_HIGH,
-    AGREE_LOW,
     ScreeningEstimates,
-    next_budget_round,
-    plan_fill_round,
     probe_rule_bound,
-    stream_rate,
-    worth_screening,
 )
 from trl_dapo_ext.dynamic_sampling.stream import RefillSampler
 
@@ -396,7 +390,6 @@ class Ledger:
     visits: int = 0  # prompts generated for at all: visits / dataset = epochs of history
     over_budget: int = 0  # steps that generated more than B x G (fixed-budget modes: must stay 0)
     short: int = 0  # steps that trained on fewer than B groups (fill modes: exhausted)
-    full_steps: int = 0  # fixed-budget steps of full groups: screening could not pay its extra round's latency
 
     def add(self, other: Ledger) -> None:
         for name in self.__dataclass_fields__:
@@ -556,132 +549,50 @@ class ScreeningRun:
 
         return propose
 
-    def screening_step(self, step: int, batch: list[int], fill: bool) -> None:
-        """Rounds of completions and probes until the step is done: at the fixed budget, or until B groups."""
+    def speed_step(self, step: int, batch: list[int]) -> None:
+        """SPEED-RL's rule: probes of k, a prompt completed iff its probes are mixed (as many as the batch misses),
+        new prompts screened for what is still missing at the estimated mixed rate, rounds until B groups."""
         k, G, B = self.k, self.G, self.B
         propose = self.proposals(batch)
         mixed: list[tuple[int, int, str]] = []  # (index, right probes, stratum when screened)
-        agreeing: list[tuple[int, int, str, str]] = []  # the same and the direction of agreement
-        spent, missing, max_rounds = 0, B, MAX_ROUNDS
-        # Without latency the fixed budget is spent (GRPO's cost, as many groups as it buys). With latency a round
-        # is paid for only if it does not pull the run's informative groups per completion-equivalent down.
-        floor = self.rate() if self.latency > 0 else 0.0
-        for round_index in range(max_rounds):
-            last = round_index == max_rounds - 1
-            q, retention = self.estimates.mixed_rate(), self.estimates.retention()
-            values = [self.estimates.after_agreement(s, d) for _, _, s, d in agreeing]
-            if self.screen.mode == "speed":
-                values = []  # SPEED completes a prompt iff its probes are mixed
-            if fill:
-                plan = plan_fill_round(
-                    missing,
-                    len(mixed),
-                    values,
-                    k,
-                    G,
-                    stream_rate(retention, q, k, G, self.latency, max(missing, 1)),
-                    q,
-                    screen_cap=0 if last else math.ceil(self.args.max_oversample * B),
-                )
-            else:
-                plan = next_budget_round(
-                    self.B * G - spent,
-                    len(mixed),
-                    values,
-                    k,
-                    G,
-                    retention,
-                    q,
-                    first_round=round_index == 0,
-                    last_round=last,
-                    latency=self.latency,
-                    floor=floor,
-                    screen_cap=B if round_index == 0 else math.ceil(self.args.max_oversample * B),
-                )
-                if plan is None:
-                    break
-            if not (plan.mixed or plan.complete or plan.screen):
+        missing = B
+        for round_index in range(MAX_ROUNDS):
+            take = min(len(mixed), max(missing, 0))
+            short = missing - take
+            screen = 0
+            if short > 0 and round_index < MAX_ROUNDS - 1:  # the last round only completes
+                wanted = math.ceil(short / max(self.estimates.mixed_rate(), 1e-6) - 1e-9)
+                screen = min(wanted, math.ceil(self.args.max_oversample * B))
+            if not take and not screen:
                 break
-            # Completions: the mixed prompts planned (in fill mode the rest are surplus, dropped after k), then the
-            # agreeing prompts chosen; every one is a group of G from this step's policy.
-            done = [mixed[i] for i in plan.mixed] + [agreeing[i][:3] for i in plan.complete]
-            surplus = [item for i, item in enumerate(mixed) if i not in set(plan.mixed)]
+            done, surplus = mixed[:take], mixed[take:]
             indices = [index for index, _, _ in done]
             right = np.array([r for _, r, _ in done], dtype=int) + self.right(indices, G - k)
-            self.train_groups(right, np.full(len(done), G), room=max(missing, 0) if fill else None)
-            if plan.complete:
-                chosen = [agreeing[i] for i in plan.complete]
-                informative = (right[len(plan.mixed) :] > 0) & (right[len(plan.mixed) :] < G)
-                self.estimates.observe_completions([s for _, _, s, _ in chosen], [d for *_, d in chosen], informative)
-                self.ledger.completed_agreeing += len(chosen)
+            self.train_groups(right, np.full(len(done), G), room=max(missing, 0))
             missing -= int(np.sum((right > 0) & (right < G)))
             self.record(indices, right, G)
             self.drop(surplus)
-            agreeing = [item for i, item in enumerate(agreeing) if i not in set(plan.complete)]
-            # Probes of new prompts.
-            new = self.admit(propose, plan.screen, step, round_index + 1)
+            new = self.admit(propose, screen, step, round_index + 1)
             strata = [self.history.stratum(index) for index in new]
             probes = self.right(new, k)
             is_mixed = (probes > 0) & (probes < k)
             self.estimates.observe_probes(strata, is_mixed.tolist())
             mixed = [(i, int(r), s) for i, r, s, m in zip(new, probes, strata, is_mixed) if m]
-            agreeing += [
-                (i, int(r), s, AGREE_HIGH if r == k else AGREE_LOW)
-                for i, r, s, m in zip(new, probes, strata, is_mixed)
-                if not m
-            ]
-            generated = plan.completions(k, G)
-            spent += generated
-            self.ledger.completions += generated
+            self.drop([(i, int(r), s) for i, r, s, m in zip(new, probes, strata, is_mixed) if not m])
+            self.ledger.completions += take * (G - k) + len(new) * k
             self.ledger.rounds += 1
             self.ledger.screened += len(new)
             self.ledger.visits += len(new)
-            if fill and missing <= 0:
+            if missing <= 0:
                 break
-        self.drop(mixed + [item[:3] for item in agreeing])
-        self.ledger.over_budget += (not fill) and spent > self.B * G
-        self.ledger.short += fill and missing > 0
+        self.drop(mixed)
+        self.ledger.short += missing > 0
 
     def drop(self, items: list[tuple[int, int, str]]) -> None:
         """Prompts dropped after their probes: counted, and their probes recorded in the history."""
         if items:
             self.record([index for index, _, _ in items], np.array([r for _, r, _ in items]), self.k)
             self.ledger.dropped += len(items)
-
-    def budget_step(self, step: int, batch: list[int]) -> None:
-        if worth_screening(self.estimates.retention(), self.k, self.G, self.latency, self.B):
-            self.screening_step(step, batch, fill=False)
-        else:
-            self.full_step(step, batch)
-
-    def full_step(self, step: int, batch: list[int]) -> None:
-        """One round of full groups (GRPO's step, history skipping included) when screening cannot pay its extra
-        round. The first k completions of each group are its probes for the estimates, which keep learning."""
-        k, G = self.k, self.G
-        indices = self.admit(self.proposals(batch), self.B, step, 1)
-        strata = [self.history.stratum(index) for index in indices]
-        probes = self.right(indices, k)
-        right = probes + self.right(indices, G - k)
-        is_mixed = (probes > 0) & (probes < k)
-        self.estimates.observe_probes(strata, is_mixed.tolist())
-        agreeing = np.flatnonzero(~is_mixed)
-        self.estimates.observe_completions(
-            [strata[i] for i in agreeing],
-            [AGREE_HIGH if probes[i] == k else AGREE_LOW for i in agreeing],
-            ((right[agreeing] > 0) & (right[agreeing] < G)).tolist(),
-        )
-        self.train_groups(right, np.full(len(indices), G))
-        self.record(indices, right, G)
-        self.ledger.completions += len(indices) * G
-        self.ledger.rounds += 1
-        self.ledger.visits += len(indices)
-        self.ledger.full_steps += 1
-
-    def fill_step(self, step: int, batch: list[int]) -> None:
-        self.screening_step(step, batch, fill=True)
-
-    def speed_step(self, step: int, batch: list[int]) -> None:
-        self.screening_step(step, batch, fill=True)
 
 
 def screening_run(name: str, family: str, share: float, args: argparse.Namespace, latency: float) -> Ledger:
@@ -802,7 +713,7 @@ def screening_sweep(args: argparse.Namespace) -> int:
             f"{'strategy':<22} "
             + " ".join(f"{'L=' + format(L, 'g'):>7}" for L in latencies)
             + "  groups/step  rounds/step  screened/step  dropped/step  agreeing completed/step  epochs  over budget"
-            + f"  short  full steps at L={latencies[-1]:g}"
+            + "  short"
         )
         for name in names:
             rows = [ledgers[family, share, G, L, name] for L in latencies]
@@ -814,7 +725,7 @@ def screening_sweep(args: argparse.Namespace) -> int:
                 + f"  {base.groups / steps:>11.1f}  {base.rounds / steps:>11.2f}  {base.screened / steps:>13.1f}"
                 + f"  {base.dropped / steps:>12.1f}"
                 + f"  {base.completed_agreeing / steps:>23.1f}  {base.visits / args.dataset / args.seeds:>6.1f}"
-                + f"  {base.over_budget:>11}  {base.short:>5}  {rows[-1].full_steps / steps:>11.0%}"
+                + f"  {base.over_budget:>11}  {base.short:>5}"
             )
         for L in latencies:
             ours = ledgers[family, share, G, L, OURS].per_group(G, L)

@@ -16,19 +16,14 @@ from trl_dapo_ext.dynamic_sampling.screening import (
     AGREE_HIGH,
     AGREE_LOW,
     ScreeningEstimates,
-    ScreeningRound,
     StratifiedRate,
     completion_rate,
     informative_after_agreement,
     mixed_chance,
-    next_budget_round,
-    plan_budget_round,
-    plan_fill_round,
     probe_rule_bound,
     screening_rate,
     stream_rate,
     worth_completing,
-    worth_screening,
 )
 
 successes = st.lists(st.floats(0.0, 1.0), min_size=1, max_size=6)
@@ -72,31 +67,6 @@ def test_worked_numbers_of_the_rates():
         screening_rate(0.5, 8, 8)
 
 
-def test_worked_budget_round():
-    # G = 8, k = 2, B x G = 32 (4 prompts). Round 1 screens 4 prompts: 8 completions, 24 reserved.
-    first = plan_budget_round(32, 0, [], probes=2, generations=8, opportunity=0.07, last_round=False)
-    assert first == ScreeningRound(mixed=(), complete=(), screen=4) and first.completions(2, 8) == 8
-    # 2 mixed, 2 agreeing with c = 0.8 (0.8 / 6 = 0.133 > 0.07) and c = 0.1 (0.017): 24 left. Mixed need 12,
-    # c = 0.8 takes 6, and the last 6 cannot reserve a new prompt's 8: nothing screened, 6 carried.
-    second = plan_budget_round(24, 2, [0.8, 0.1], probes=2, generations=8, opportunity=0.07, last_round=False)
-    assert second == ScreeningRound(mixed=(0, 1), complete=(0,), screen=0) and second.completions(2, 8) == 18
-    # Last round with those 6: at a floor of 0 any chance of a group is worth them, the c = 0.1 prompt is completed
-    # (total 32); at the floor 0.07 it is not (0.017 per completion would raise the cost per group).
-    last = plan_budget_round(6, 0, [0.1], probes=2, generations=8, opportunity=0.0, last_round=True)
-    assert last == ScreeningRound(mixed=(), complete=(0,), screen=0) and last.completions(2, 8) == 6
-    assert plan_budget_round(6, 0, [0.1], 2, 8, opportunity=0.07, last_round=True).completions(2, 8) == 0
-    with pytest.raises(ValueError, match="mixed prompts need"):
-        plan_budget_round(5, 1, [], probes=2, generations=8, opportunity=0.0, last_round=False)
-
-
-def test_worked_fill_round():
-    # 3 missing, 5 mixed waiting: complete 3 of them (2 more would be surplus), screen nothing, complete no agreeing.
-    plan = plan_fill_round(3, 5, [0.9], 2, 8, opportunity=0.07, mixed_rate=0.25, screen_cap=10)
-    assert plan == ScreeningRound(mixed=(0, 1, 2), complete=(), screen=0)
-    # 10 missing, none waiting, q = 0.25: ceil(10 / 0.25) = 40 > cap 16.
-    assert plan_fill_round(10, 0, [], 2, 8, opportunity=0.07, mixed_rate=0.25, screen_cap=16).screen == 16
-
-
 def test_worked_estimates_and_checkpoint():
     estimates = ScreeningEstimates(decay=0.5, prior_strength=2.0)
     # Step 1: stratum "a" screens 4 prompts, 2 mixed; 1 agreeing-low completed, informative.
@@ -122,26 +92,6 @@ def test_worked_estimates_and_checkpoint():
 
 
 # --- properties against brute force --------------------------------------------------------------------------------
-
-
-@given(population=successes, size=sizes, latency=st.floats(0.0, 500.0), prompts=st.integers(1, 64))
-def test_screening_is_worth_it_only_if_even_perfect_screening_beats_full_groups(population, size, latency, prompts):
-    """Brute force: the expected cost of the best screening there is (completing exactly the prompts informative at
-    G, decided by an oracle after the probes) in two rounds, against full groups in one, for the same groups."""
-    k, G = size
-    r = float(np.mean([mixed_chance(p, G) for p in population]))
-    perfect = full = 0.0
-    for p in population:
-        for j, m, chance in outcome_law(p, k, G):
-            informative = 0 < j + m < G
-            perfect += chance * (k + (G - k) * informative)
-            full += chance * G
-    perfect = prompts * perfect / len(population) + 2 * latency
-    full = prompts * full / len(population) + latency
-    if abs(perfect - full) > 1e-6:
-        assert worth_screening(r, k, G, latency, prompts) == (perfect < full)
-    # worked numbers: 32 prompts, G = 8, k = 2, r = 0.8 saves at most 32 * 6 * 0.2 = 38.4 completions
-    assert worth_screening(0.8, 2, 8, 38.0, 32) and not worth_screening(0.8, 2, 8, 39.0, 32)
 
 
 @given(p=st.floats(0.0, 1.0), k=st.integers(1, 8))
@@ -234,84 +184,6 @@ def test_the_probe_rule_bound_is_the_best_of_every_rule_on_probe_counts(populati
     if best < 1e4 * G:  # past that 1 - p^k - (1 - p)^k cancels (p near 0 or 1): both sides lose digits
         assert bound == pytest.approx(best, rel=1e-9)
     assert bound >= G - 1e-9  # never below the floor: every informative group holds G completions
-
-
-def simulate_budget_step(rng, success, budget, k, G, max_rounds, stream, latency, floor):
-    """One step of the fixed-budget mode on prompts with the given success chances (binary rewards), as the
-    trainer would run it: :func:`next_budget_round` until it says the step is done."""
-    spent = rounds = found = trained = 0
-    next_prompt = 0
-    mixed_waiting: list[int] = []  # prompts whose probes differed
-    agreeing: list[tuple[int, float]] = []  # (prompt, c) still completable this step
-    right = {}
-    while rounds < max_rounds:
-        last = rounds == max_rounds - 1
-        values = [c for _, c in agreeing]
-        plan = next_budget_round(
-            budget - spent, len(mixed_waiting), values, k, G, *stream, rounds == 0, last, latency, floor
-        )
-        if plan is None:
-            assert not mixed_waiting  # a step never ends with a mixed prompt not completed
-            break
-        spent += plan.completions(k, G)
-        trained += len(mixed_waiting)  # a mixed prompt is informative at G whatever the rest says
-        for i in plan.complete:
-            prompt = agreeing[i][0]
-            total = right[prompt] + rng.binomial(G - k, success[prompt % len(success)])
-            trained += 0 < total < G
-        agreeing = [item for i, item in enumerate(agreeing) if i not in set(plan.complete)]
-        mixed_waiting = []
-        for _ in range(plan.screen):
-            prompt, next_prompt = next_prompt, next_prompt + 1
-            right[prompt] = rng.binomial(k, success[prompt % len(success)])
-            if 0 < right[prompt] < k:
-                mixed_waiting.append(prompt)
-                found += 1
-            else:
-                agreeing.append((prompt, float(rng.random())))
-        rounds += 1
-    return spent, found, trained, mixed_waiting
-
-
-@settings(deadline=None, max_examples=60)
-@given(
-    population=successes,
-    size=st.integers(3, 16).flatmap(lambda G: st.tuples(st.integers(2, G - 1), st.just(G))),
-    prompts=st.integers(1, 16),
-    max_rounds=st.integers(2, 10),
-    stream=st.tuples(st.floats(0.0, 1.0), st.floats(0.0, 1.0)),  # the stream's estimates: retention, mixed rate
-    latency=st.floats(0.0, 100.0),
-    floor=st.floats(0.0, 0.5),
-    seed=st.integers(0, 2**16),
-)
-def test_a_fixed_budget_step_never_exceeds_its_budget_and_completes_every_mixed_prompt(
-    population, size, prompts, max_rounds, stream, latency, floor, seed
-):
-    k, G = size
-    budget = prompts * G
-    spent, found, trained, waiting = simulate_budget_step(
-        np.random.default_rng(seed), population, budget, k, G, max_rounds, stream, latency, floor
-    )
-    assert spent <= budget
-    assert not waiting or max_rounds == 1  # the last round screens nothing, so nothing found is left waiting
-    assert trained >= found  # every mixed prompt found was completed (and is informative at G)
-
-
-@given(
-    missing=st.integers(0, 20),
-    mixed=st.integers(0, 20),
-    agreeing=st.lists(st.floats(0.0, 1.0), max_size=10),
-    q=st.floats(0.01, 1.0),
-    cap=st.integers(0, 50),
-)
-def test_a_fill_round_never_completes_surplus_mixed_prompts_nor_screens_past_its_cap(missing, mixed, agreeing, q, cap):
-    plan = plan_fill_round(missing, mixed, agreeing, 2, 8, opportunity=0.05, mixed_rate=q, screen_cap=cap)
-    assert len(plan.mixed) == min(missing, mixed)
-    assert 0 <= plan.screen <= cap
-    expected = len(plan.mixed) + sum(agreeing[i] for i in plan.complete)
-    if plan.screen < cap and expected < missing - 1e-9:
-        assert plan.screen * q >= missing - expected - 1e-6  # enough new prompts for the expected shortfall
-    assert all(worth_completing(agreeing[i], 2, 8, 0.05) for i in plan.complete)
 
 
 @given(

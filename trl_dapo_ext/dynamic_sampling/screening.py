@@ -20,18 +20,15 @@ Estimates: :class:`ScreeningEstimates` keeps the mixed-at-k rate per stratum (th
 right / all wrong), each a :class:`.retention.RetentionEstimate` (a Beta posterior, older steps down-weighted by
 ``decay``, the prior the pooled rate), the planner's retention machinery (:mod:`.planner`). ``r_G = q + (1 - q) c``.
 
-A fixed per-step budget (default B x G completions, what plain GRPO generates) is spent by :func:`plan_budget_round`
-round by round: every screened prompt reserves ``G`` completions until its probes come back, so the step never
-exceeds the budget and every mixed prompt it found can be completed and trained on. In the fill-the-batch mode
-:func:`plan_fill_round` screens as many new prompts as the missing groups need. No torch: plain arithmetic on counts
-every process agrees on.
+How many prompts a round screens is `screen_plan.screening_round`'s; the trainer's collector
+(`screening_rounds.ScreeningCollector`) calls these rules. No torch: plain arithmetic on counts every process agrees
+on.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -111,22 +108,6 @@ def stream_rate(
     """
     full = prompts * retention / (prompts * generations + latency)
     return max(screening_rate(mixed_rate, probes, generations, latency, prompts), full)
-
-
-def worth_screening(retention: float, probes: int, generations: int, latency: float, prompts: int) -> bool:
-    """Whether a step should screen its ``prompts`` at all, rather than generate full groups in one round.
-
-    Screening needs a second round (latency L) to complete what its probes found. Even with perfect screening
-    (completing exactly the prompts informative at G) it pays ``n (k + r (G - k)) + 2 L`` for the ``n r`` groups
-    that full groups buy for ``n G + L``. So it can only win when ``L < n (G - k) (1 - r)``: rounds are cheap next
-    to the completions that dropping the zero-variance share saves. Without latency it always can (``r < 1``).
-
-    Example (32 prompts, G = 8, k = 2, retention 0.8: screening saves at most 32 * 6 * 0.2 = 38.4 completions):
-        >>> worth_screening(0.8, 2, 8, latency=16.0, prompts=32), worth_screening(0.8, 2, 8, latency=64.0, prompts=32)
-        (True, False)
-    """
-    _check(probes, generations)
-    return latency < prompts * (generations - probes) * (1.0 - retention)
 
 
 def worth_completing(after_agreement: float, probes: int, generations: int, opportunity: float) -> bool:
@@ -272,161 +253,6 @@ class ScreeningEstimates:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.mixed.load_state_dict(state["mixed"])
         self.completed.load_state_dict(state["completed"])
-
-
-# --- one round's plan ------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ScreeningRound:
-    """What one round generates: ``G - k`` more for every mixed prompt in ``mixed`` and every agreeing prompt in
-    ``complete`` (positions in the caller's lists), plus ``k`` probes for each of ``screen`` new prompts."""
-
-    mixed: tuple[int, ...]
-    complete: tuple[int, ...]
-    screen: int
-
-    def completions(self, probes: int, generations: int) -> int:
-        """Completions this round generates."""
-        return (len(self.mixed) + len(self.complete)) * (generations - probes) + self.screen * probes
-
-
-def _best_first(values: Sequence[float]) -> list[int]:
-    return sorted(range(len(values)), key=lambda i: (-values[i], i))  # ties by position: every process agrees
-
-
-def plan_budget_round(
-    budget_left: int,
-    mixed: int,
-    agreeing: Sequence[float],
-    probes: int,
-    generations: int,
-    opportunity: float,
-    last_round: bool,
-    screen_cap: int | None = None,
-) -> ScreeningRound:
-    """One round within a fixed step budget: complete every mixed prompt, the agreeing prompts worth it, screen more.
-
-    ``budget_left``: completions the step may still generate. ``mixed``: prompts whose probes differed, waiting for
-    completion. ``agreeing``: ``c`` of each agreeing prompt not completed yet (they stay candidates for the rest of
-    the step). ``opportunity``: the rate an agreeing prompt must reach (:func:`worth_completing`): the stream's rate
-    (:func:`stream_rate`) while new prompts can still be screened; in the ``last_round``, which screens nothing (a
-    new prompt could not be completed), the caller's floor: 0 spends the rest of the budget on any chance of a group,
-    the run's rate so far spends it only where that does not raise the completions per informative group. Each new
-    prompt reserves ``G`` completions (``k`` now, ``G - k`` if it turns out mixed), so ``budget_left >= mixed * (G -
-    k)`` holds in every round and the step never exceeds its budget; what a round does not reserve carries over.
-
-    Example (G = 8, k = 2, 20 completions left, 1 mixed prompt, agreeing prompts with c = 0.9 and 0.1):
-        >>> plan = plan_budget_round(20, 1, [0.1, 0.9], probes=2, generations=8, opportunity=0.07, last_round=False)
-        >>> plan  # 6 for the mixed one, 6 for c = 0.9 (0.15 per completion > 0.07); 8 left: 1 new prompt reserves 8
-        ScreeningRound(mixed=(0,), complete=(1,), screen=1)
-        >>> plan.completions(2, 8)  # 6 + 6 + 2 probes; the other 6 stay reserved for the new prompt
-        14
-    """
-    _check(probes, generations)
-    rest = generations - probes
-    free = budget_left - mixed * rest
-    if free < 0:
-        raise ValueError(f"{mixed} mixed prompts need {mixed * rest} completions, only {budget_left} are left")
-    complete = []
-    for i in _best_first(agreeing):
-        if free < rest:
-            break
-        if worth_completing(agreeing[i], probes, generations, opportunity):
-            complete.append(i)
-            free -= rest
-    screen = 0 if last_round else free // generations
-    if screen_cap is not None:
-        screen = min(screen, screen_cap)
-    return ScreeningRound(tuple(range(mixed)), tuple(sorted(complete)), screen)
-
-
-def next_budget_round(
-    budget_left: int,
-    mixed: int,
-    agreeing: Sequence[float],
-    probes: int,
-    generations: int,
-    retention: float,
-    mixed_rate: float,
-    first_round: bool,
-    last_round: bool,
-    latency: float = 0.0,
-    floor: float = 0.0,
-    screen_cap: int | None = None,
-) -> ScreeningRound | None:
-    """The fixed-budget step's next round (:func:`plan_budget_round` with the stream's rate), ``None``: step done.
-
-    ``retention`` / ``mixed_rate``: the stream's estimates (:class:`ScreeningEstimates`). ``floor``: informative groups
-    per completion-equivalent a round must not fall below; 0 spends the budget (right without round latency), the
-    run's rate so far makes every round pay its ``latency``. After the first round, new prompts are screened only if
-    their rate, the latency of the round that completes them included, reaches the floor; otherwise this round is
-    the last (completions only). A round that would only complete agreeing prompts runs only if its expected groups
-    per completion-equivalent reach the floor.
-
-    Example (G = 8, k = 2, 14 completions left, 1 mixed prompt, an agreeing one with c = 0.4; stream q = 0.25):
-        >>> next_budget_round(14, 1, [0.4], 2, 8, retention=0.5, mixed_rate=0.25, first_round=False, last_round=False)
-        ScreeningRound(mixed=(0,), complete=(), screen=1)
-
-        c / 6 = 0.067 is below the stream's 0.071: the 8 left screen a new prompt. At a latency of 64 that prompt
-        would pay a round of its own, 0.25 / (3.5 + 64) = 0.004 groups per completion-equivalent, below a floor of
-        0.05: no new prompt, this is the last round and the agreeing prompt (0.067 >= 0.05) is completed instead:
-
-        >>> next_budget_round(14, 1, [0.4], 2, 8, 0.5, 0.25, first_round=False, last_round=False, latency=64.0,
-        ...                   floor=0.05)
-        ScreeningRound(mixed=(0,), complete=(0,), screen=0)
-        >>> next_budget_round(6, 0, [0.4], 2, 8, 0.5, 0.25, first_round=False, last_round=True, latency=64.0,
-        ...                   floor=0.05) is None  # 0.4 groups for 6 + 64 alone: not worth a round
-        True
-    """
-    rest = generations - probes
-    prompts = max((budget_left - mixed * rest) // generations, 1)
-    if not first_round and screening_rate(mixed_rate, probes, generations, latency, prompts) < floor:
-        screen_cap, last_round = 0, True
-    opportunity = floor if last_round else stream_rate(retention, mixed_rate, probes, generations, latency, prompts)
-    plan = plan_budget_round(budget_left, mixed, agreeing, probes, generations, opportunity, last_round, screen_cap)
-    if not plan.mixed and plan.complete and not plan.screen:
-        gain = sum(agreeing[i] for i in plan.complete)
-        if gain / (len(plan.complete) * rest + latency) < floor:
-            return None
-    return plan if plan.mixed or plan.complete or plan.screen else None
-
-
-def plan_fill_round(
-    missing: int,
-    mixed: int,
-    agreeing: Sequence[float],
-    probes: int,
-    generations: int,
-    opportunity: float,
-    mixed_rate: float,
-    screen_cap: int,
-) -> ScreeningRound:
-    """One round of the fill-the-batch mode: the step needs ``missing`` more informative groups.
-
-    Completes mixed prompts up to ``missing`` (more would be surplus: those cost their k probes only), then agreeing
-    prompts worth it (:func:`worth_completing`, best first) while the expected groups fall short, and screens enough
-    new prompts for what is still expected missing: ``ceil(short / q)`` (the 1x + refill rule's missing / rate, at
-    the mixed-at-k rate), at most ``screen_cap``.
-
-    Example (G = 8, k = 2, 5 groups missing, 2 mixed waiting, agreeing prompts with c = 0.9 and 0.05, q = 0.25):
-        >>> plan_fill_round(5, 2, [0.9, 0.05], 2, 8, opportunity=0.07, mixed_rate=0.25, screen_cap=64)
-        ScreeningRound(mixed=(0, 1), complete=(0,), screen=9)
-
-        2 sure groups and 0.9 expected leave 2.1 short: ceil(2.1 / 0.25) = 9 new prompts.
-    """
-    _check(probes, generations)
-    take = min(mixed, max(missing, 0))
-    expected = float(take)
-    complete = []
-    for i in _best_first(agreeing):
-        if expected >= missing or not worth_completing(agreeing[i], probes, generations, opportunity):
-            break
-        complete.append(i)
-        expected += agreeing[i]
-    short = missing - expected
-    screen = 0 if short <= 1e-9 else min(math.ceil(short / max(mixed_rate, 1e-6) - 1e-9), screen_cap)
-    return ScreeningRound(tuple(range(take)), tuple(sorted(complete)), max(screen, 0))
 
 
 # --- the best any k-probe rule can do ---------------------------------------------------------------------------------

@@ -202,9 +202,32 @@ class ScreeningCollector(BatchCollector):
     def _screening_round(self, new: list[tuple[dict[str, Any], int]], round_index: int, used_units: int) -> None:
         """Generate the pending completions and the new prompts' probes; keep, queue or drop each prompt.
         ``used_units``: what the step has generated per process with this round, in units of ``k`` rows."""
-        trainer, sampler, G, k = self.trainer, self.sampler, self.num_generations, self.probe_size
+        G, k = self.num_generations, self.probe_size
         completing, self.pending = self.pending, []
         rows = repeat_rows([probe.row for probe in completing], G - k) + repeat_rows([row for row, _ in new], k)
+        round_rows = self._generated_round(rows, round_index)
+        observed: list[tuple[int, int, int, int]] = []
+        counts, agreeing_records, groups = self._completed_groups(completing, round_rows, observed)
+        first_probe_row = len(completing) * (G - k)
+        probes = [
+            Probe(
+                row,
+                index,
+                round_rows,
+                torch.arange(first_probe_row + i * k, first_probe_row + (i + 1) * k),
+                stratum=self.sampler.stratum(index),
+            )
+            for i, (row, index) in enumerate(new)
+        ]
+        probe_counts, probe_records, dropped = self._probed_prompts(probes, observed)
+        dropped += self._trim_pending(used_units)
+        observed += self._drop(dropped)
+        counts = added(counts, probe_counts)
+        self._gather_round(counts, len(dropped), observed, probe_records, agreeing_records, groups, round_index)
+
+    def _generated_round(self, rows: list[dict[str, Any]], round_index: int) -> RoundRows:
+        """One generation call on ``rows`` (TRL's, in groups of ``k``), timed, counted and scored."""
+        trainer, sampler = self.trainer, self.sampler
         if trainer.log_completions:
             trainer._logs = self.round_logs[round_index] = _empty_like(self.original_logs)
         started = time.perf_counter()
@@ -216,53 +239,47 @@ class ScreeningCollector(BatchCollector):
             self.generated_ids.append(scored.completion_ids)
         local_rewards = trainer._local_rows(scored.rewards_per_func, len(rows))
         sampler.observe_rewards(scored.rewards_per_func)
-        round_rows = RoundRows(output, scored, local_rewards, round_index, local_count=len(rows))
+        return RoundRows(output, scored, local_rewards, round_index, local_count=len(rows))
 
-        # Completed prompts: probe rows, then completion rows, one group of G.
-        counts, observed, probe_records, agreeing_records = GroupCounts(), [], [], []
-        groups = []
-        for position, probe in enumerate(completing):
-            completion = round_rows.take(torch.arange(position * (G - k), (position + 1) * (G - k)))
-            groups.append([probe.part(), completion])
-        if groups:
-            group_rewards = torch.cat([part.rewards_per_func for group in groups for part in group])
-            classified = sampler.classify(group_rewards, size=G)
-            counts = self._keep(groups, classified, completing, observed)
-            agreeing_records = [
-                (probe.stratum, probe.agreed, bool(flag))
-                for probe, flag in zip(completing, classified.informative.tolist())
-                if probe.agreed is not None
-            ]
-        # New prompts: their probes (a whole group when k = G).
-        first_probe_row = len(completing) * (G - k)
-        probes = [
-            Probe(
-                row,
-                index,
-                round_rows,
-                torch.arange(first_probe_row + i * k, first_probe_row + (i + 1) * k),
-                stratum=sampler.stratum(index),
-            )
-            for i, (row, index) in enumerate(new)
+    def _completed_groups(
+        self, completing: list[Probe], round_rows: RoundRows, observed: list
+    ) -> tuple[GroupCounts, list[tuple[str, str, bool]], list[list[SelectedGroups]]]:
+        """The groups of the prompts completed this round (probe rows, then completion rows): kept while the batch
+        needs them. Returns their counts, the agreeing prompts' outcomes (for the estimates) and the groups."""
+        G, k = self.num_generations, self.probe_size
+        groups = [
+            [probe.part(), round_rows.take(torch.arange(position * (G - k), (position + 1) * (G - k)))]
+            for position, probe in enumerate(completing)
         ]
-        dropped: list[Probe] = []
-        if probes:
-            probe_rewards = local_rewards[first_probe_row:]
-            classified = sampler.classify(probe_rewards, size=k)
-            if k == G:
-                counts = added(counts, self._keep([[p.part()] for p in probes], classified, probes, observed))
-            else:
-                mixed_probes, agreeing = [], []
-                for probe, mixed, *outcome in zip(
-                    probes, classified.informative.tolist(), *self._per_group(classified)
-                ):
-                    probe_records.append((probe.stratum, bool(mixed)))
-                    probe.outcome = tuple(outcome)
-                    (mixed_probes if mixed else agreeing).append(probe)
-                dropped = self._queue_mixed(mixed_probes) + self._complete_worthwhile(agreeing)
-        dropped += self._trim_pending(used_units)
-        observed += self._drop(dropped)
-        self._gather_round(counts, len(dropped), observed, probe_records, agreeing_records, groups, round_index)
+        if not groups:
+            return GroupCounts(), [], groups
+        classified = self.sampler.classify(torch.cat([part.rewards_per_func for g in groups for part in g]), size=G)
+        counts = self._keep(groups, classified, completing, observed)
+        agreeing_records = [
+            (probe.stratum, probe.agreed, bool(flag))
+            for probe, flag in zip(completing, classified.informative.tolist())
+            if probe.agreed is not None
+        ]
+        return counts, agreeing_records, groups
+
+    def _probed_prompts(
+        self, probes: list[Probe], observed: list
+    ) -> tuple[GroupCounts, list[tuple[str, bool]], list[Probe]]:
+        """Classify the new prompts' probes: queue the mixed ones (and the agreeing ones worth it) for completion.
+        Returns the counts of whole groups (``k = G``: the probes are a group), the probe records (stratum, mixed)
+        and the prompts to drop."""
+        if not probes:
+            return GroupCounts(), [], []
+        rewards = torch.cat([probe.part().rewards_per_func for probe in probes])
+        classified = self.sampler.classify(rewards, size=self.probe_size)
+        if self.probe_size == self.num_generations:
+            return self._keep([[p.part()] for p in probes], classified, probes, observed), [], []
+        records, mixed_probes, agreeing = [], [], []
+        for probe, mixed, *outcome in zip(probes, classified.informative.tolist(), *self._per_group(classified)):
+            records.append((probe.stratum, bool(mixed)))
+            probe.outcome = tuple(outcome)
+            (mixed_probes if mixed else agreeing).append(probe)
+        return GroupCounts(), records, self._queue_mixed(mixed_probes) + self._complete_worthwhile(agreeing)
 
     def _short(self) -> float | None:
         """Informative groups the batch still misses once the pending completions are counted (None: a fixed budget,
