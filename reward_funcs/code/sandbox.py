@@ -7,8 +7,11 @@ Backends (see docs/code-sandbox.md for the threat model):
   with a tmpfs scratch; when it exits the kernel kills every process left in the namespace. Root: the candidate
   runs under a fresh unprivileged uid; user namespace: it keeps the uid but loses every capability.
 * ``root`` (fallback, root without namespaces): fresh unprivileged uid per run, rlimits, kill-by-uid cleanup and
-  removal of files that uid left in /tmp, /var/tmp, /dev/shm. No network isolation.
+  removal of files that uid left in /tmp, /var/tmp, /dev/shm.
 * ``user`` (fallback, no root, no namespaces): rlimits, subreaper-based cleanup, same uid as the trainer. Weak.
+
+On every backend the candidate and the oracle run under a seccomp allow-list (`host.seccomp`: no network socket, no
+SysV IPC, message queue, memfd or key, no namespace or mount call) and the parts of a run live in ``host/``.
 """
 
 from __future__ import annotations
@@ -127,8 +130,9 @@ def _fallback_message(backend: str, why: str) -> str:
     return (
         f"reward_funcs code sandbox: Linux namespaces unavailable ({why}); falling back to rlimits"
         + (" + a separate uid" if backend == "root" else " under the trainer's own uid")
-        + ". Network is NOT isolated and the candidate can read world-readable files"
-        + ("" if backend == "root" else ", write the user's files and may escape cleanup")
+        + ". The seccomp allow-list still denies network sockets and kernel objects, but the candidate can read"
+        + " world-readable files"
+        + ("" if backend == "root" else ", write the user's files, kill the supervisor and may escape cleanup")
         + ". See docs/code-sandbox.md ('Getting real isolation')."
     )
 
