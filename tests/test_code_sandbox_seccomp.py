@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import os
 import struct
 
 import pytest
@@ -128,3 +129,36 @@ def test_other_architectures_and_x32_are_killed(arch, verdict):
     if arch == "x86_64":
         prog = seccomp.instructions(seccomp.filter_bpf(arch))
         assert run_bpf(prog, 0x40000000 | number(arch, "read"), AUDIT_ARCH[arch]) == KILL_PROCESS  # x32 ABI
+
+
+HONEST = """
+import asyncio, multiprocessing, os, resource, shutil, socket, subprocess, sys, tempfile, threading
+def f(x):
+    done = []
+    t = threading.Thread(target=lambda: done.append(1))
+    t.start()
+    t.join()
+    a, b = socket.socketpair()
+    a.send(b"x")
+    d = tempfile.mkdtemp()
+    open(os.path.join(d, "f"), "w").write("1")
+    shutil.rmtree(d)
+    os.nice(1)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+    echo = subprocess.run([sys.executable, "-c", "print(2)"], capture_output=True).stdout
+    with multiprocessing.Pool(2) as pool:
+        total = sum(pool.map(abs, range(-x, 0)))
+    return [done, b.recv(1).decode(), echo.decode(), total, asyncio.run(asyncio.sleep(0, "ok"))]
+"""
+
+
+def test_an_honest_program_runs_under_the_filter():
+    """Threads, a local socket pair, files, niceness, rlimits, a subprocess, a process pool and asyncio: what the
+    allow-list must leave to correct solutions (an unlisted call would fail with ENOSYS)."""
+    from reward_funcs import run_code_tests
+
+    if os.uname().machine not in seccomp.ARCHES:
+        pytest.skip("no allow-list for this architecture")
+    tests = {"fn_name": "f", "inputs": [[4]], "outputs": [[[1], "x", "2\n", 10, "ok"]]}
+    report = run_code_tests(HONEST, tests, timeout_s=30)
+    assert [(o.outcome, o.detail) for o in report.outcomes] == [("passed", "")], report
