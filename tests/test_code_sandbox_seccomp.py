@@ -115,6 +115,10 @@ def test_argument_rules(verdict):
     assert verdict("socket", 1 | 1 << 32) == ALLOW  # the kernel reads an int: the high half does not matter
     for family in (2, 10, 16, 17):  # AF_INET, AF_INET6, AF_NETLINK, AF_PACKET
         assert verdict("socket", family) == ENOSYS
+    assert verdict("kill", 5, 9) == ALLOW and verdict("kill", 0, 9) == ALLOW  # a process, its own group
+    for pid in (-1, -5):  # every process the uid may signal (the trainer's, in the user fallback), another group
+        assert verdict("kill", pid & 0xFFFFFFFF, 9) == ENOSYS
+        assert verdict("kill", pid & 0xFFFFFFFFFFFFFFFF, 9) == ENOSYS
     for name, index in (("prlimit64", 0), ("setpriority", 1), ("sched_setaffinity", 0)):
         assert verdict(name, *[0] * 3) == ALLOW, name
         other = [0, 0, 0]

@@ -42,7 +42,7 @@ ALLOWED = (
     "brk", "mmap", "mmap2", "munmap", "mremap", "mprotect", "madvise", "mincore", "msync", "map_shadow_stack",
     # processes, threads and signals of the sandbox's own
     "fork", "vfork", "execve", "execveat", "exit", "exit_group", "wait4", "waitid", "waitpid",
-    "kill", "tkill", "tgkill", "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "sigreturn", "rt_sigsuspend",
+    "tkill", "tgkill", "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "sigreturn", "rt_sigsuspend",
     "rt_sigpending", "rt_sigtimedwait", "sigaltstack", "pause", "restart_syscall",
     "getpid", "getppid", "gettid", "getpgid", "getpgrp", "setpgid", "setsid", "getsid",
     "getuid", "geteuid", "getgid", "getegid", "getresuid", "getresgid", "getgroups", "capget",
@@ -86,6 +86,7 @@ _INT = 0xFFFFFFFF  # the kernel reads these arguments as 32-bit ints: compare th
 CONDITIONAL = (
     ("clone", [(0, _CLONE_NEWNS | _CLONE_NAMESPACES, 0)]),  # threads and processes, no new namespace
     ("socket", [(0, _INT, _AF_UNIX)]),  # no network on any backend, the fallbacks included
+    ("kill", [(0, 0x80000000, 0)]),  # a process or its own group, never kill(-1): every process of the trainer's uid
     ("setpriority", [(1, _INT, _SELF)]),  # its own niceness only, never the supervisor's
     ("sched_setaffinity", [(0, _INT, _SELF)]),
     ("prlimit64", [(0, _INT, _SELF)]),  # its own limits only
