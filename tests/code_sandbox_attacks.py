@@ -358,7 +358,7 @@ test_helper_precedence.__test__ = False  # a helper, not a pytest test
 
 def stale_scratch(isolation: str) -> dict:
     """Also: scratch of a trainer killed mid-run is removed at the next start; a live process's is kept."""
-    from reward_funcs.code import sandbox
+    from reward_funcs.code.host.scratch import process_start
 
     base = tempfile.mkdtemp(prefix="stale-", dir="/tmp")
     os.chmod(base, 0o755)
@@ -366,7 +366,7 @@ def stale_scratch(isolation: str) -> dict:
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     stale = os.path.join(base, f"code-sandbox-{dead.pid}-1-x")
-    live = os.path.join(base, f"code-sandbox-{os.getppid()}-{sandbox._process_start(os.getppid())}-y")
+    live = os.path.join(base, f"code-sandbox-{os.getppid()}-{process_start(os.getppid())}-y")
     for d in (stale, live):
         os.makedirs(os.path.join(d, "run", "deep"))
     r = run_code_tests("def f(x):\n    return x", "assert f(1) == 1", isolation=isolation)

@@ -74,13 +74,13 @@ def _runnable(backend: str) -> str | None:
     return None if os.geteuid() == 0 else "the root backends need root"
 
 
-def attack(name: str, backend: str, timeout: float = 600) -> dict:
-    """Run ``code_sandbox_attacks.<name>`` on ``backend`` in a fresh interpreter and return what it reported."""
+def attack(name: str, backend: str, timeout: float = 600, module: str = "code_sandbox_attacks") -> dict:
+    """Run ``<module>.<name>`` on ``backend`` in a fresh interpreter and return what it reported."""
     why = _runnable(backend)
     if why:
         pytest.skip(why)
     path = f"{REPO}:{REPO / 'tests'}"
-    cmd = [sys.executable, str(REPO / "tests" / "code_sandbox_attacks.py"), name, ISOLATION[backend]]
+    cmd = [sys.executable, str(REPO / "tests" / f"{module}.py"), name, ISOLATION[backend]]
     env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
     if backend in ("ns-user", "user"):
         cmd = _as_user(cmd)
@@ -196,6 +196,64 @@ def test_stale_scratch_of_dead_trainers_is_removed(backend):
 def test_candidate_text_reaches_the_logs_printable(backend):
     """Also: terminal escapes and newlines in an exception message or an assert message become '?'."""
     assert attack("control_characters", backend) == {"printable": [True, True]}
+
+
+# -- fourth review: kernel objects outside the rlimits, the supervisor (tests/code_sandbox_kernel_attacks.py) ------
+
+
+def kernel_attack(name: str, backend: str) -> dict:
+    return attack(name, backend, timeout=300, module="code_sandbox_kernel_attacks")
+
+
+def test_sysv_ipc_mqueues_and_keys_are_denied_and_nothing_is_left(backend):
+    """SysV semaphores held 320 MiB of kernel memory under memory_mb=64, and the fallbacks left semaphores, message
+    queues, a POSIX message queue and keys on the host: the allow-list denies every one of these objects."""
+    got = kernel_attack("sysv_ipc", backend)
+    denied = {"sem": 0, "msg": False, "shm": False, "mqueue": False, "memfd": False, "user_key": False}
+    assert got == {"made": denied, "left": {"sem": [], "msg": [], "shm": []}, "mqueue_left": False}, got
+
+
+def test_no_network_on_any_backend(backend):
+    """The fallbacks have no network namespace: a candidate reached a server on the trainer's loopback (a vLLM server,
+    the distributed TCPStore). socket() is allowed for AF_UNIX only."""
+    got = kernel_attack("network", backend)
+    assert got["accepted"] is False and got["candidate"][0][:2] == [False, False], got
+
+
+def test_trainer_session_keyring_is_out_of_reach(backend):
+    """The candidate inherited the trainer's session keyring: it read a credential, planted a key that outlived the
+    run and cleared the keyring. keyctl and add_key are not on the allow-list."""
+    got = kernel_attack("session_keyring", backend)
+    assert got == {"candidate": ["", False, False], "credential_kept": True, "planted_left": False}, got
+
+
+def test_user_keyring_keys_do_not_outlive_the_run(backend):
+    """Keys in the sandbox uid's user keyring stayed in the kernel for the next run that drew the uid."""
+    assert kernel_attack("user_keyring", backend) == {"added": 0, "rows_left": 0}
+
+
+@pytest.mark.parametrize("backend", ["ns-root", "ns-user"])
+def test_private_tmp_bounds_inodes(backend):
+    """Empty files take no tmpfs blocks: 442,000 of them held 441 MiB of kernel memory with file_mb=1."""
+    got = kernel_attack("tmpfs_inodes", backend)
+    assert isinstance(got["files"], int) and 0 < got["files"] <= 4096, got
+
+
+def test_max_procs_is_the_solutions_own(backend):
+    """max_procs=4 while the trainer's user runs 30 other processes: the solution gets 4 processes (ns-user gave it
+    33, one more per process of the trainer's user). The user fallback shares the trainer's uid, whose processes
+    come and go: there it is at most 4."""
+    procs = kernel_attack("max_procs", backend)["procs"]
+    if backend == "user":
+        assert 0 < procs <= 4, procs
+    else:
+        assert procs == 4, procs
+
+
+def test_candidate_signalling_its_supervisor_scores_zero(backend):
+    """SIGINT to PID 1 (ns-user), SIGKILL to the parent (the user fallback): the candidate's failure, and three in a
+    row raise nothing (they counted as sandbox failures and stopped training)."""
+    assert kernel_attack("supervisor_signals", backend) == {"scores": [0.0, 0.0, 0.0]}
 
 
 VICTIM = """

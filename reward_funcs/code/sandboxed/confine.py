@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import ctypes
 import os
 import resource
@@ -21,6 +22,7 @@ from .os_calls import (
     libc,
     mount,
     prctl,
+    scratch_tmpfs,
 )
 
 MINIMAL_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1"}
@@ -28,9 +30,6 @@ MINIMAL_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "OMP_N
 SANDBOXED_PARENT = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 CLONE_NEWNS = 0x20000
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
-# Per architecture (``os.uname().machine``): the audit arch and the numbers of memfd_create and shmget. Memory in a
-# memfd or a detached SysV segment escapes RLIMIT_AS: 128 MiB of address space held 1.1 GiB of host memory.
-_SECCOMP_ARCH = {"x86_64": (0xC000003E, (319, 29)), "aarch64": (0xC00000B7, (279, 194))}
 
 
 def confine(backend: str, uid: int | None, limits: dict, cpu_s: int, workdir: str) -> None:
@@ -55,7 +54,7 @@ def confine(backend: str, uid: int | None, limits: dict, cpu_s: int, workdir: st
         drop_capabilities()
     if prctl(PR_SET_NO_NEW_PRIVS, 1) != 0:
         raise OSError("no_new_privs")
-    deny_unbounded_memory()
+    load_syscall_filter(limits["seccomp"])  # last: setresuid and capset are not on its list
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # a change of uid clears it: set (again) after the drop
     os.environ.clear()
     os.environ.update({**MINIMAL_ENV, "HOME": workdir, "TMPDIR": workdir})
@@ -85,25 +84,17 @@ def private_tmp(file_mb: int) -> None:
     folder), which the candidate's processes cannot see. Needs the supervisor's capabilities: call before confine."""
     if libc.unshare(CLONE_NEWNS) != 0:
         raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS)")
-    mount("tmpfs", "/oracle", "tmpfs", MS_NOSUID | MS_NODEV, f"size={int(file_mb) * 2 + 1}m,mode=0777")
+    mount("tmpfs", "/oracle", "tmpfs", MS_NOSUID | MS_NODEV, scratch_tmpfs(file_mb, "0777"))
 
 
-def deny_unbounded_memory() -> None:
-    """seccomp: ``memfd_create`` and ``shmget`` fail with EPERM (other architectures' system calls too), so memory
-    outside the address space cannot pile up; needs ``no_new_privs``. No filter on architectures not listed."""
-    arch, denied = _SECCOMP_ARCH.get(os.uname().machine, (None, ()))
-    if arch is None:
-        return
-    ld_abs, jeq, ret = 0x20, 0x15, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_RET|BPF_K
-    deny, allow = 0x00050000 | 1, 0x7FFF0000  # SECCOMP_RET_ERRNO | EPERM, SECCOMP_RET_ALLOW
-    prog = [(ld_abs, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, deny), (ld_abs, 0, 0, 0)]
-    prog += [(jeq, len(denied) - i, 0, nr) for i, nr in enumerate(denied)]
-    prog += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
-    if os.uname().machine == "x86_64":  # x32 system calls (nr | 0x40000000) share the arch: deny them
-        prog[4:4] = [(0x35, len(prog) - 5, 0, 0x40000000)]  # BPF_JMP|BPF_JGE|BPF_K -> the final deny
-    raw = ctypes.create_string_buffer(b"".join(struct.pack("HBBI", *ins) for ins in prog))
-    fprog = struct.pack("HxxxxxxP", len(prog), ctypes.addressof(raw))
-    buf = ctypes.create_string_buffer(fprog)
-    args = (SECCOMP_MODE_FILTER, ctypes.addressof(buf), 0, 0)
+def load_syscall_filter(encoded: str) -> None:
+    """seccomp: load the allow-list the parent compiled (``reward_funcs/code/host/seccomp.py``, base64 of a raw BPF
+    program); every system call it does not list fails from here on. Needs ``no_new_privs``."""
+    raw = base64.b64decode(encoded)
+    if not raw or len(raw) % 8:
+        raise OSError("no seccomp program")
+    prog = ctypes.create_string_buffer(raw, len(raw))
+    fprog = ctypes.create_string_buffer(struct.pack("HxxxxxxP", len(raw) // 8, ctypes.addressof(prog)))
+    args = (SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0)
     if libc.prctl(PR_SET_SECCOMP, *map(ctypes.c_ulong, args)) != 0:
         raise OSError(ctypes.get_errno(), "seccomp")

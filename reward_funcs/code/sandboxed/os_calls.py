@@ -21,6 +21,14 @@ MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 ST_FLAG_TO_MS = {2: MS_NOSUID, 4: MS_NODEV, 8: MS_NOEXEC}  # statvfs f_flag bits -> mount flags (locked in userns)
 
 libc = ctypes.CDLL(None, use_errno=True)
+# Files and folders in a scratch tmpfs (the candidate's /tmp, the oracle's /oracle): each costs about 1 KiB of kernel
+# memory that neither the tmpfs size nor RLIMIT_AS counts (210,000 empty files held 210 MiB before this bound).
+TMPFS_INODES = 4096
+
+
+def scratch_tmpfs(file_mb: int, mode: str) -> str:
+    """Mount options of a scratch tmpfs: ``2 * file_mb + 1`` MiB and `TMPFS_INODES` inodes."""
+    return f"size={int(file_mb) * 2 + 1}m,nr_inodes={TMPFS_INODES},mode={mode}"
 
 
 def prctl(option: int, arg: int = 0) -> int:

@@ -15,6 +15,7 @@ from .os_calls import (
     MS_REMOUNT,
     ST_FLAG_TO_MS,
     mount,
+    scratch_tmpfs,
 )
 
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
@@ -30,7 +31,7 @@ def build_root(new: str, read_only_dirs: list[str], file_mb: int, moved: dict[st
     # The scratch /tmp first: a Python install or venv that lives under /tmp is then bound inside it (in folders of
     # root's, which the sandbox uid cannot rename or remove), instead of the scratch tmpfs hiding it.
     os.makedirs(new + "/tmp")
-    mount("tmpfs", new + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={int(file_mb) * 2 + 1}m,mode=1777")
+    mount("tmpfs", new + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, scratch_tmpfs(file_mb, "1777"))
     done: list[str] = []
     binds = [(p, p) for p in [*SYSTEM_DIRS, *(os.path.realpath(p) for p in read_only_dirs)]]
     for src, dst in [*binds, *moved.items()]:

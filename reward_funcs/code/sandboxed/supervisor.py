@@ -58,6 +58,7 @@ class Supervisor:
         # The interpreter to exec, resolved before the file system is replaced: a venv's bin/ is visible there only
         # with site-packages (stdlib-only runs bind the real install, not the venv's symlink to it).
         self.python = sys.executable if not sys.flags.no_site else os.path.realpath(sys.executable)
+        self.started = False  # whether a solution process was started (the parent is told once, see start_candidate)
 
     def emit(self, record: dict) -> None:
         record["nonce"] = self.nonce
@@ -98,6 +99,9 @@ class Supervisor:
             "workdir": self.workdir,
             "preimport": self.spec.get("preimport", []),
         }
+        if not self.started:  # from here on the parent takes this run's end, however it comes, for a verdict
+            self.emit({"k": -2, "o": "started"})
+            self.started = True
         run_fd = os.memfd_create("run", 0)
         write_all(run_fd, json.dumps({**run, **settings}).encode())
         os.lseek(run_fd, 0, os.SEEK_SET)
@@ -237,6 +241,9 @@ def main(argv: list[str]) -> int:
     os.set_inheritable(result_fd, False)
     spec = json.loads(read_all(0))
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    # No handler for any signal: the kernel then drops every signal that processes inside a PID namespace send to
+    # its init (us, on ns-*), where Python's SIGINT handler let a candidate stop the run with KeyboardInterrupt.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     sup = Supervisor(spec, result_fd)
     # Not dumpable: a same-uid process (user backends) cannot ptrace us or open /proc/<us>/fd/RESULT_FD. Forked
     # processes (the oracle) inherit it; exec'd ones (the candidate) do not, and hold nothing of ours.
