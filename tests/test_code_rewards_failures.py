@@ -79,7 +79,7 @@ def _out_of_memory(*args, **kwargs):
 
 NO_VERDICT_PATHS = {  # where the sandbox can fail without any fault of the candidate: (module attribute, stand-in)
     "supervisor cannot be started": ("subprocess.Popen", _popen_refused),
-    "scratch folder cannot be made": ("_make_scratch", _disk_full),
+    "scratch folder cannot be made": ("make_scratch", _disk_full),
     "no free sandbox uid": ("_allocate_uids", _no_uid),
     "supervisor dies at start-up": ("_launcher_cmd", _broken_launcher),
     "trainer out of memory": ("run_job", _out_of_memory),
