@@ -56,7 +56,7 @@ def test_a_step_makes_one_call_that_completes_the_last_calls_probes(make_model, 
     steps = per_step(calls)
     budget = trainer.args.per_device_train_batch_size
     assert [len(steps[step]) for step in sorted(steps)][1:-1] == [1] * 4  # the first and last steps: two calls
-    for step, step_calls in steps.items():
+    for step_calls in steps.values():
         assert sum(len(call["prompts"]) for call in step_calls) <= budget  # the fixed budget holds
     logs = ds_logs(trainer)
     for step in range(1, 5):
