@@ -105,6 +105,8 @@ def test_a_carried_row_is_clipped_against_the_policy_that_generated_it(
         loss_type=loss_type,
         importance_sampling_level=level,
         learning_rate=0.05,
+        # cispo clamps the ratio at epsilon_high, 0.2 by default: every ratio would be clamped, whatever its policy
+        epsilon_high=5.0 if loss_type == "cispo" else None,
         **PIPELINE,
     )
     calls = record_calls(trainer)
@@ -121,7 +123,9 @@ def test_a_carried_row_is_clipped_against_the_policy_that_generated_it(
     share = ds_logs(trainer)[1][N.DYNAMIC_SAMPLING_STALE_ROW_SHARE]
     assert int(stale.sum()) == round(share * len(old)) == len(old) * K // G  # the carried probes' rows
 
-    # The loss, for a policy that has moved on: TRL's own loss with the old log-probabilities computed here.
+    # The loss under the policy that trains the batch (step 1's): TRL's own loss with the old log-probabilities
+    # computed here. The carried rows' ratios are one step's change of policy, the fresh rows' are 1.
+    trainer.model.load_state_dict(steps[1][0]["policy"])
     trainer.current_gradient_accumulation_steps = 1
     reference_batch = {**batch, "old_per_token_logps": torch.where(stale[:, None], probed_by, generated_by)}
     filled = batch["tool_mask"].sum(1) == 0 if "tool_mask" in batch else torch.zeros(len(old), dtype=torch.bool)
