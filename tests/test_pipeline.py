@@ -179,3 +179,48 @@ def test_a_pipelined_run_logs_exactly_the_declared_names(make_model, tokenizer, 
 def test_unsupported_settings_are_refused_with_what_to_change(tmp_path, settings, says):
     with pytest.raises(ValueError, match=says):
         DAPOConfig(**grpo_kwargs(tmp_path, **{"dynamic_sampling": True, **PIPELINE, **settings}))
+
+
+def test_the_completions_table_shows_carried_rows_at_the_step_that_trains_them(make_model, tokenizer, tmp_path):
+    trainer, _, recorder = build(
+        make_model, tokenizer, tmp_path, kinds_dataset(["varying"], 24), max_steps=2, log_completions=True, **PIPELINE
+    )
+    trainer.train()
+    batch = recorder.batches[-1]  # the last step: the carried groups, completed
+    prompts = tokenizer.batch_decode(batch["prompt_ids"], skip_special_tokens=True)
+    completions = tokenizer.batch_decode(batch["completion_ids"], skip_special_tokens=True)
+    assert list(trainer._logs["prompt"]) == prompts
+    assert list(trainer._logs["completion"]) == completions
+    assert ds_logs(trainer)[-1][N.DYNAMIC_SAMPLING_STALE_ROW_SHARE] > 0  # rows from the previous step among them
+
+
+def test_pipelined_screening_trains_a_lora_adapter_over_several_micro_batches(make_model, tokenizer, tmp_path):
+    """LoRA, and a generation cycle of two micro-batches (gradient_accumulation_steps = steps_per_generation = 2):
+    one call per step after the first, the adapter alone learns."""
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(make_model(seed=2), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    trainer, _, recorder = build(
+        make_model,
+        tokenizer,
+        tmp_path,
+        kinds_dataset(KINDS, 8),
+        model=model,
+        max_steps=4,
+        learning_rate=1e-2,
+        gradient_accumulation_steps=2,
+        **PIPELINE,
+    )
+    calls = record_calls(trainer)
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    lora = {name for name in before if ".lora_" in name}
+    trainer.train()
+    assert trainer.args.steps_per_generation == 2 and len(recorder.batches) == 4
+    assert [len(step_calls) for step_calls in per_step(calls).values()][1:-1] == [1, 1]
+    for batch in recorder.batches:
+        prompts = tokenizer.batch_decode(batch["prompt_ids"], skip_special_tokens=True)
+        assert all(len(set(prompts[i : i + G])) == 1 for i in range(0, len(prompts), G))
+        assert batch["old_per_token_logps"].shape == batch["completion_ids"].shape
+    after = dict(model.named_parameters())
+    assert [name for name in sorted(lora) if torch.equal(before[name], after[name])] == []
+    assert [name for name in sorted(set(before) - lora) if not torch.equal(before[name], after[name])] == []
