@@ -48,6 +48,7 @@ from trl_dapo_ext.tiny import cpu_args  # noqa: E402
 
 G, K, GROUPS = 8, 4, 16  # completions per group, probes per prompt, groups per step
 RECOMMENDED = dict(dynamic_sampling_screen_generations=K, dynamic_sampling_fixed_budget=True)
+PIPELINED = dict(dynamic_sampling_pipeline=True)  # with RECOMMENDED: one generation call per step
 
 
 def pass_rates(prompts: int, seed: int, share: float = 0.5) -> np.ndarray:
@@ -62,7 +63,7 @@ class Cost:
     completions: int = 0
     informative: int = 0  # informative groups found (trained on, or surplus)
     retained: int = 0  # informative groups trained on
-    rounds: int = 0
+    rounds: int = 0  # generation calls
     steps: int = 0
     screened: int = 0  # prompts that got probes
     dropped: int = 0  # screened prompts not completed
@@ -72,12 +73,19 @@ class Cost:
     over_budget: int = 0  # steps that generated more than the batch's rows (the fixed budget: must stay 0)
     short: int = 0  # steps that trained on fewer groups than the batch holds
     per_step: list[tuple[int, int]] = field(default_factory=list)  # (completions, informative groups) of each step
+    calls: list[int] = field(default_factory=list)  # generation calls of each step
 
     def add(self, step: dict[str, int]) -> None:
         for name, value in step.items():
             setattr(self, name, getattr(self, name) + value)
         self.per_step.append((step["completions"], step["informative"]))
+        self.calls.append(step.get("rounds", 0))
         self.steps += 1
+
+    def calls_per_step(self, after: int = 10) -> float:
+        """Generation calls per step, averaged over the steps after the first ``after`` (plain GRPO: 1)."""
+        tail = self.calls[after:] or self.calls
+        return sum(tail) / max(len(tail), 1)
 
     def in_g(self) -> float:
         """Completions per informative group, in multiples of ``G``."""
@@ -105,7 +113,8 @@ class StubTrainer:
         self.rng = np.random.default_rng(seed)
         self.train_dataset = [{"prompt": f"p{i}", "task": i} for i in range(len(success))]
         self.accelerator = _Accelerator()
-        self.state = SimpleNamespace(global_step=0)
+        self.state = SimpleNamespace(global_step=0, max_steps=args.max_steps)
+        self._tokenizer = SimpleNamespace(pad_token_id=0)
         self.reward_func_names, self.task_reward_indices = ["pass_rate"], [0]
         self.reward_weights = torch.ones(1)
         self._metrics: dict[str, dict[str, list]] = {"train": {}}
@@ -126,6 +135,9 @@ class StubTrainer:
         ones = torch.ones(len(rows), dtype=torch.long)
         scored = ScoredRound(rewards, [[1]] * len(rows), lengths=ones, truncated=torch.zeros_like(ones, dtype=bool))
         return {"completion_ids": ones[:, None]}, scored
+
+    def _record_old_logps(self, output: dict[str, Any]) -> None:
+        pass  # pipelined screening's log-probabilities: no model here, and they steer no decision
 
     @staticmethod
     def _local_rows(global_rows: torch.Tensor, local_count: int) -> torch.Tensor:
@@ -265,7 +277,13 @@ def train(seed: int, prompts: int = 256, epochs: float = 4.0, **overrides: Any) 
     cost = Cost()
     for log in (h for h in trainer.state.log_history if N.DYNAMIC_SAMPLING_ROUNDS in h):
         informative = log[N.DYNAMIC_SAMPLING_RETAINED_GROUPS] + log[N.DYNAMIC_SAMPLING_DISCARDED_SURPLUS_GROUPS]
-        cost.add({"completions": int(log[N.DYNAMIC_SAMPLING_GENERATED_COMPLETIONS]), "informative": int(informative)})
+        cost.add(
+            {
+                "completions": int(log[N.DYNAMIC_SAMPLING_GENERATED_COMPLETIONS]),
+                "informative": int(informative),
+                "rounds": int(log[N.DYNAMIC_SAMPLING_ROUNDS]),
+            }
+        )
     return cost
 
 
@@ -298,6 +316,9 @@ def main(argv: list[str] | None = None) -> None:
             seed, options.prompts, options.epochs, dynamic_sampling_screen_generations=None
         ),
         f"screening k={K}, fixed budget (trainer rule)": lambda seed: simulate(seed, options.prompts, options.epochs),
+        f"pipelined screening k={K}, fixed budget (trainer rule)": lambda seed: simulate(
+            seed, options.prompts, options.epochs, **PIPELINED
+        ),
     }
     if options.trainer:
         runs[f"screening k={K}, fixed budget (DAPOTrainer, 256 prompts, 4 epochs)"] = lambda seed: train(seed)
@@ -307,9 +328,10 @@ def main(argv: list[str] | None = None) -> None:
     for name, run in runs.items():
         costs = [run(seed) for seed in range(options.seeds)]
         mean, half = interval([cost.in_g() for cost in costs])
+        calls = float(np.mean([cost.calls_per_step() for cost in costs]))
         print(
             f"{name:13s} {mean:.2f} G per informative group (95% interval +-{half:.2f}, {options.seeds} seeds, "
-            f"{costs[0].steps} steps each)"
+            f"{costs[0].steps} steps each), {calls:.2f} generation calls per step after the first 10"
         )
 
 

@@ -57,10 +57,20 @@ def test_the_probe_tells_absolute_positions_from_rotary_ones(make_model, tokeniz
         assert positions.left_padding_moves_logits(model, tokenizer.pad_token_id) == moves
 
 
-KEEPS_ROUND_LOG_PROBS = [{"num_iterations": 2}, {"beta": 0.1}]
+KEEPS_ROUND_LOG_PROBS = [
+    {"num_iterations": 2},
+    {"beta": 0.1},
+    {
+        "dynamic_sampling_screen_generations": 2,
+        "dynamic_sampling_fixed_budget": True,
+        "dynamic_sampling_pipeline": True,
+    },
+]
 
 
-@pytest.mark.parametrize("overrides", KEEPS_ROUND_LOG_PROBS, ids=["old-log-probs", "reference-log-probs"])
+@pytest.mark.parametrize(
+    "overrides", KEEPS_ROUND_LOG_PROBS, ids=["old-log-probs", "reference-log-probs", "pipelined-screening"]
+)
 def test_an_absolute_position_model_is_refused_where_round_log_probs_are_kept(tokenizer, tmp_path, overrides):
     model = tiny_gpt2(tokenizer)
     if "beta" in overrides:  # TRL loads the reference model from the policy's path

@@ -109,14 +109,18 @@ def test_our_modes_run_the_trainers_own_collector(name, monkeypatch):
 screening_cost = load_benchmark("screening_cost")
 
 
-def test_the_trainer_rule_is_the_trainers_step_for_step():
+@pytest.mark.parametrize("overrides", [{}, screening_cost.PIPELINED], ids=["within-step", "pipelined"])
+def test_the_trainer_rule_is_the_trainers_step_for_step(overrides):
     """The stub trainer's run and DAPOTrainer's (a tiny model; the reward ignores what it says and draws each
-    completion's reward from its prompt's pass rate, seeded alike) make the same decisions: the same completions and
-    informative groups at every step."""
-    stub = screening_cost.simulate(0, prompts=64, epochs=2)
-    trainer = screening_cost.train(0, prompts=64, epochs=2)
+    completion's reward from its prompt's pass rate, seeded alike) make the same decisions: the same completions,
+    informative groups and generation calls at every step."""
+    stub = screening_cost.simulate(0, prompts=64, epochs=2, **overrides)
+    trainer = screening_cost.train(0, prompts=64, epochs=2, **overrides)
     assert stub.steps == trainer.steps == 8
     assert stub.per_step == trainer.per_step
+    assert stub.calls == trainer.calls
+    if overrides:  # pipelined: one call per step but the first and the last
+        assert stub.calls[1:-1] == [1] * 6
 
 
 def test_the_documented_screening_cost_is_recomputed():

@@ -48,7 +48,8 @@ from .dynamic_sampling.assembly import (
 # Releases the whole test-suite runs against in CI (Makefile: test-main and test-trl-alt).
 TESTED_TRL_RANGE = (Version("1.15.0"), Version("1.17.0"))  # [min, max)
 
-# Private GRPOTrainer methods we override or call, with their parameter names (TRL 1.10 to 1.16 agree).
+# Private GRPOTrainer methods we override or call, with their parameter names (TRL 1.10 to 1.16 agree); a trailing
+# "..." pins only the leading parameters (the ones we pass; later ones vary between releases and keep defaults).
 PRIVATE_METHODS: dict[str, tuple[str, ...]] = {
     # one generation round: generate, score, compute advantages, build the batch dict
     "_generate_and_score_completions": ("self", "inputs"),
@@ -60,6 +61,17 @@ PRIVATE_METHODS: dict[str, tuple[str, ...]] = {
     "_prepare_inputs": ("self", "generation_batch"),
     # transformers' Trainer: writes the RNG state into a checkpoint, on every process (the refill state goes beside)
     "_save_rng_state": ("self", "output_dir"),
+    # the log-probabilities of a batch under a model, in chunks: pipelined screening's old log-probabilities of the
+    # rows it carries to the next step (DAPOTrainer._record_old_logps), computed as TRL computes its own
+    "_get_per_token_logps_and_entropies": (
+        "self",
+        "model",
+        "input_ids",
+        "attention_mask",
+        "logits_to_keep",
+        "batch_size",
+        "...",
+    ),
 }
 
 # TRL internals imported from trl.trainer.utils (not exported by `trl`), with their parameter names.
@@ -126,6 +138,8 @@ def check_private_methods(trainer_class: type = GRPOTrainer) -> None:
                 f">={TESTED_TRL_RANGE[0]},<{TESTED_TRL_RANGE[1]} (see trl_dapo_ext/compat.py)."
             )
         found = tuple(inspect.signature(inspect.unwrap(method)).parameters)
+        if expected[-1] == "...":
+            found = (*found[: len(expected) - 1], "...")
         if found != expected:
             raise TRLCompatibilityError(
                 f"trl {trl.__version__}: GRPOTrainer.{name}{found} differs from the pinned {expected}; "

@@ -80,6 +80,11 @@ class DAPOConfig(GRPOConfig):
         dynamic_sampling_fixed_budget (bool): Every step generates at most what plain GRPO generates (the batch's
             rows per process) and trains on every informative group it found; the rest of the batch is masked out of
             the loss. Without screening: GRPO's own groups with the zero-variance ones masked (no refill).
+        dynamic_sampling_pipeline (bool): Pipelined screening (with `dynamic_sampling_screen_generations` and
+            `dynamic_sampling_fixed_budget`): a step's one generation call completes the prompts whose probes the
+            previous step's call made and probes the prompts of the next step; the carried probe rows keep the
+            log-probabilities of the policy that generated them (one step off-policy). One process, transformers
+            generation, `num_iterations=1` and `steps_per_generation == gradient_accumulation_steps` only.
         max_generated_completions (int | None): Bound the run by generation instead of steps: stop at the first
             optimizer step end at which the completions charged so far (every round and process, the count logged
             as `dynamic_sampling/generated_completions`; a generation batch charged as its micro-batches are trained)
@@ -249,6 +254,16 @@ class DAPOConfig(GRPOConfig):
             "batch's own groups, the zero-variance ones masked (no refill)."
         },
     )
+    dynamic_sampling_pipeline: bool = field(
+        default=False,
+        metadata={
+            "help": "Pipelined screening (SPEED-RL's single inference call; needs dynamic_sampling_screen_generations "
+            "and dynamic_sampling_fixed_budget): each step makes one generation call that completes the prompts "
+            "probed in the previous step's call and probes the prompts of the next step. The carried probe rows "
+            "keep the log-probabilities of the policy that generated them, so the loss clips them as one step "
+            "off-policy. The run's first step makes two calls and its last step completes what it probes."
+        },
+    )
 
     max_generated_completions: int | None = field(
         default=None,
@@ -410,10 +425,9 @@ class DAPOConfig(GRPOConfig):
             for name in ("dynamic_sampling_history_from", "dynamic_sampling_screen_generations"):
                 if getattr(self, name) is not None:
                     raise ValueError(f"{name} is a dynamic sampling setting; set dynamic_sampling=True or drop it.")
-            if self.dynamic_sampling_fixed_budget:
-                raise ValueError(
-                    "dynamic_sampling_fixed_budget is a dynamic sampling setting; set dynamic_sampling=True or drop it."
-                )
+            for name in ("dynamic_sampling_fixed_budget", "dynamic_sampling_pipeline"):
+                if getattr(self, name):
+                    raise ValueError(f"{name} is a dynamic sampling setting; set dynamic_sampling=True or drop it.")
             return
         self._validate_round_sizing()
         self._validate_group_selection()
@@ -498,6 +512,7 @@ class DAPOConfig(GRPOConfig):
                 f"{self.num_generations}."
             )
         self._validate_screening()
+        self._validate_pipeline()
         if self.dynamic_sampling_reward_funcs is not None and not self.dynamic_sampling_reward_funcs:
             raise ValueError(
                 "dynamic_sampling_reward_funcs=[] selects no reward function; leave it None to use every task reward."
@@ -531,6 +546,36 @@ class DAPOConfig(GRPOConfig):
                 f"dynamic_sampling_screen_generations={screen} completes a prompt in the round after its probes, but "
                 f"dynamic_sampling_max_rounds={self.dynamic_sampling_max_rounds} allows one round; raise it to at "
                 "least 2."
+            )
+
+    def _validate_pipeline(self) -> None:
+        """Pipelined screening: what it builds on, and the settings it does not support yet."""
+        if not self.dynamic_sampling_pipeline:
+            return
+        if self.dynamic_sampling_screen_generations is None or not self.dynamic_sampling_fixed_budget:
+            raise ValueError(
+                "dynamic_sampling_pipeline=True carries screening probes from one step's generation call to the "
+                "next under the fixed budget: set dynamic_sampling_screen_generations (e.g. num_generations // 2) and "
+                "dynamic_sampling_fixed_budget=True, or drop dynamic_sampling_pipeline."
+            )
+        unsupported = {
+            "use_vllm=True (the carry is built for transformers generation so far)": self.use_vllm,
+            f"num_iterations={self.num_iterations} (a carried row would be more than one step off-policy)": (
+                self.num_iterations != 1
+            ),
+            f"steps_per_generation={self.steps_per_generation} != gradient_accumulation_steps="
+            f"{self.gradient_accumulation_steps} (a step must be one generation cycle)": (
+                self.steps_per_generation != self.gradient_accumulation_steps
+            ),
+            "max_generated_completions (the last step with a budget is not known in advance)": (
+                self.max_generated_completions is not None
+            ),
+        }
+        refused = [setting for setting, present in unsupported.items() if present]
+        if refused:
+            raise ValueError(
+                f"dynamic_sampling_pipeline=True does not support {'; '.join(refused)}. Change that setting, or "
+                "drop dynamic_sampling_pipeline (screening then completes its probes within each step)."
             )
 
 

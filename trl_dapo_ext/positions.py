@@ -49,7 +49,8 @@ def keeps_round_log_probs(args: Any, beta: float) -> bool:
     old = args.gradient_accumulation_steps % generate_every != 0 or (
         args.use_vllm and args.vllm_importance_sampling_correction
     )
-    return bool(old or beta != 0.0)
+    pipelined = getattr(args, "dynamic_sampling_pipeline", False)  # pipelined screening computes them in each round
+    return bool(old or pipelined or beta != 0.0)
 
 
 def parameters_are_partitioned(model: torch.nn.Module) -> bool:
@@ -95,6 +96,6 @@ def check_left_padding(model: torch.nn.Module, args: Any, beta: float, pad_token
         f"generation rounds to one width. TRL keeps {kept} computed at each round's own width, so the loss would "
         "compare values computed at shifted positions (an unchanged policy's ratio would not be 1). Use a model "
         "with rotary or mask-based positions (Qwen2, Llama, ...), or set num_iterations=1, "
-        "steps_per_generation <= gradient_accumulation_steps (a divisor), beta=0.0 and no vLLM importance-sampling "
-        "correction, or set dynamic_sampling=False."
+        "steps_per_generation <= gradient_accumulation_steps (a divisor), beta=0.0, no vLLM importance-sampling "
+        "correction and no dynamic_sampling_pipeline, or set dynamic_sampling=False."
     )

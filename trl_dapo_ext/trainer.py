@@ -227,6 +227,25 @@ class DAPOTrainer(GRPOTrainer):
             )
         return output, self._last_round
 
+    def _record_old_logps(self, output: dict[str, Any]) -> None:
+        """Pipelined screening: the round's ``old_per_token_logps`` under the policy that generated it, when TRL
+        skipped them (on-policy it reads the loss pass's own, detached). A carried probe row is trained one step
+        later, against these; every other row needs the key too (one batch, one set of keys). One no-grad forward
+        pass over the round's rows that plain GRPO does not make."""
+        if output.get("old_per_token_logps") is not None:
+            return
+        input_ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+        attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+        with torch.no_grad():
+            logps, _, _ = self._get_per_token_logps_and_entropies(
+                self.model,
+                input_ids,
+                attention_mask,
+                output["completion_ids"].size(1),
+                batch_size=self.args.per_device_train_batch_size,
+            )
+        output["old_per_token_logps"] = logps
+
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, torch.Tensor | Any]:
         if self.model.training:  # TRL makes one generation batch per steps_per_generation * num_iterations
             self.budget_meter.start_cycle()

@@ -146,6 +146,9 @@ class DynamicSampler:
         self.screening = ScreeningEstimates(decay=args.dynamic_sampling_retention_decay)
         self.reward_range = [math.inf, -math.inf]  # filter-reward extremes seen so far (all_max / all_min split)
         self.warned_fill = False  # the fill warning is given once per run
+        # Pipelined screening: the probes the last step's call made for the next step (a `carry.CarriedRound`, kept
+        # apart from the JSON state: a checkpoint writes its tensors to a file of their own, see `state`).
+        self.carried: Any = None
         self.begin_step(step=0)  # sets what lives for one step: step, skip_counts, generation_seconds
 
     def _seed_history(self, path: str, dataset_size: int) -> None:

@@ -33,10 +33,11 @@ from accelerate.utils import gather_object
 from ..core.groups import GroupOutcome
 from ..metric_names import N
 from .assembly import RoundRows, SelectedGroups
+from .carry import CARRIED_ROUND, CarriedRound, carry_round
 from .counts import GroupCounts, added
 from .history import UNSEEN
 from .rounds import PROMPT_INDEX_COLUMN, BatchCollector, _empty_like, repeat_rows
-from .screen_plan import screening_round
+from .screen_plan import screening_round, wanted_probes
 from .screening import AGREE_HIGH, AGREE_LOW, stream_rate, worth_completing
 
 # Share of the agreeing prompts completed whatever their estimate (a seeded coin per step and prompt, the same on every
@@ -86,7 +87,19 @@ class ScreeningCollector(BatchCollector):
         self.generated_rows = 0  # rows of every round, every process
         self.funnel = [0, 0]  # screened prompts and those dropped after their probes (every process)
         self.stranded = 0  # prompts probed in the step's last round (every process): nothing could complete them
+        # Pipelined screening (`carry`): the probes the previous step's call made are completed in round 1; a step
+        # with a next step ends with a carry round, whose probes that step completes.
+        self.pipeline = bool(getattr(args, "dynamic_sampling_pipeline", False))
+        self.next_step = self.pipeline and trainer.state.global_step + 1 < trainer.state.max_steps
+        self.carry_dropped = 0  # probes worth completing that the next step cannot take (every process)
+        self.carried_out = 0  # probes handed to the next step (every process)
+        carried, carried_logs = self._take_carried(trainer) if self.pipeline else ([], None)
+        self.pending = carried
+        self.carry_round = (1 if carried else 2) if self.next_step else None
+        self.carrying = False  # the current round is the carry round
         super().__init__(trainer, inputs)
+        if carried_logs is not None and trainer.log_completions:
+            self.round_logs[CARRIED_ROUND] = carried_logs
 
     # ------------------------------------------------------------------------------------------------ sizes
 
@@ -132,34 +145,110 @@ class ScreeningCollector(BatchCollector):
         return None if stop else counts
 
     def _plan_first_round(self, own_global: list[int]) -> int:
-        """Extra probes (per process) round 1 adds to the batch's own prompts."""
-        processes = self.trainer.accelerator.num_processes
-        counts = self._plan(0, [0] * processes, [0] * processes, used_units=0)
-        return max((counts or [self.target])[self.trainer.accelerator.process_index] - self.target, 0)
+        """Extra probes (per process) round 1 adds to the batch's own prompts (``self.first_probes``: round 1's
+        probes in all, the own prompts first)."""
+        processes, index = self.trainer.accelerator.num_processes, self.trainer.accelerator.process_index
+        if self.carry_round == 2:
+            # Nothing carried: round 1 screens within the step, keeping the batch's groups' worth of units for the
+            # carry round's probes (else completing round 1's prompts could spend it all, and the next step would
+            # start unpipelined again).
+            counts = self._plan(0, [0] * processes, [0] * processes, used_units=self.target)
+            self.first_probes = counts[index] if counts else 0
+            if not self.first_probes:  # too small a budget to split: the step's one call is the carry round
+                self.carry_round = 1
+        if self.carry_round == 1:
+            self.first_probes = self._carry_probes(used_units=0)
+        elif self.carry_round is None:
+            pending = [len(self.pending)] * processes
+            expected = [sum(probe.chance for probe in self.pending)] * processes
+            counts = self._plan(0, [0] * processes, pending, used_units=0, expected=expected)
+            self.first_probes = (counts or [self.target] * processes)[index]
+        return max(self.first_probes - self.target, 0)
+
+    def _carry_probes(self, used_units: int) -> int:
+        """New probes of a carry round: what the budget leaves after the pending completions, at most as many as
+        the next step's batch wants (its groups at the estimated mixed share, ``max_oversample`` times them at
+        most). Their completions are the next step's, under its own budget."""
+        budget = self._budget_units() - used_units - len(self.pending) * self.units_to_complete
+        wanted = wanted_probes(self.target, self.sampler.mixed_rate())
+        cap = int(self.trainer.args.dynamic_sampling_max_oversample * self.target)
+        return max(min(budget, wanted, cap), 0)
 
     # ------------------------------------------------------------------------------------------------ rounds
 
     def collect(self) -> dict[str, torch.Tensor | Any]:
         own = [(row, index) for row, index in zip(self.inputs[:: self.num_generations], self.own_indices)]
         extra = self.sampler.draw_each(self._gathered([self.first_refill]), round_index=1)
-        new = own + [(self._dataset_row(index), index) for index in extra]
+        new = own[: self.first_probes] + [(self._dataset_row(index), index) for index in extra]
+        unprobed = own[self.first_probes :] if self.carry_round else []  # the carry round probes them first
         round_index, used_units = 1, 0
         while True:
             self.rounds = round_index
+            self.carrying = round_index == self.carry_round
             used_units += len(self.pending) * self.units_to_complete + len(new)
             self._screening_round(new, round_index, used_units)
+            if self.carrying:
+                break
             expected = round(sum(probe.chance for probe in self.pending) * _MILLI)
             kept, pending, expected = self._gathered_columns(self._kept_groups(), len(self.pending), expected)
             counts = self._plan(round_index, kept, pending, used_units, [e / _MILLI for e in expected])
+            if round_index + 1 == self.carry_round:
+                counts = [self._carry_probes(used_units)]
+                if not counts[0] and not self.pending:
+                    counts = None
             if counts is None:
                 break
             round_index += 1
-            indices = self.sampler.draw_each(counts, round_index)
-            new = [(self._dataset_row(index), index) for index in indices]
-        self._end_funnel(stranded=len(new) if self.units_to_complete else 0)
+            taken, unprobed = (unprobed[: counts[0]], unprobed[counts[0] :]) if self.carry_round else ([], [])
+            indices = self.sampler.draw_each([counts[0] - len(taken), *counts[1:]], round_index)
+            new = taken + [(self._dataset_row(index), index) for index in indices]
+        if self.carrying:
+            self._hand_on()
+        if self.pipeline:  # carried probes too stale to complete: dropped like the rest
+            self.carry_dropped += sum(self._gathered([len(self.stale_dropped)]))
+            self.pending += self.stale_dropped
+        self._end_funnel(stranded=len(new) if self.units_to_complete and not self.carrying else 0)
         self.sampler.end_step()
         self.trainer._logs = self.original_logs
         return self._finish()
+
+    # ------------------------------------------------------------------------------------------------ the carry
+
+    def _take_carried(self, trainer: Any) -> tuple[list[Probe], dict[str, Any] | None]:
+        """The probes the previous step handed on (`carry`), as pending prompts of round 1, at most the batch's
+        groups; probes from another step than the previous one (more than one step stale) are dropped."""
+        carried: CarriedRound | None = trainer.dynamic_sampling.carried
+        trainer.dynamic_sampling.carried = None
+        self.stale_dropped: list[Probe] = []
+        if carried is None:
+            return [], None
+        k = carried.probe_size
+        probes = [
+            Probe(round_rows=carried.rows, rows=torch.arange(i * k, (i + 1) * k), **fields)
+            for i, fields in enumerate(carried.probes)
+        ]
+        fresh = carried.step == trainer.state.global_step - 1
+        keep = probes[: self.target_groups(trainer)] if fresh else []
+        self.stale_dropped = probes[len(keep) :]
+        return keep, carried.logs
+
+    @staticmethod
+    def target_groups(trainer: Any) -> int:
+        args = trainer.args
+        return args.per_device_train_batch_size * args.steps_per_generation // trainer.num_generations
+
+    def _hand_on(self) -> None:
+        """After the carry round: its pending prompts (at most the next batch's groups, mixed ones first) go to the
+        next step; the rest are dropped like any prompt not completed."""
+        carried, self.pending = self.pending[: self.target], self.pending[self.target :]
+        self.carry_dropped += sum(self._gathered([len(self.pending)]))
+        self.carried_out = sum(self._gathered([len(carried)]))
+        if carried:
+            trainer = self.trainer
+            logs = self.round_logs if trainer.log_completions else None
+            self.sampler.carried = carry_round(carried, self.sampler.step, trainer._tokenizer.pad_token_id, logs)
+            # Last resort fill material: a carried probe, repeated and masked here, is trained on next step.
+            self.fill_pool.extend(probe.as_fill_group(self.num_generations) for probe in carried)
 
     def _end_funnel(self, stranded: int) -> None:
         """The probes still pending when the step ends (no round is left to complete them): dropped, counted and
@@ -180,7 +269,7 @@ class ScreeningCollector(BatchCollector):
         planned; only a process that screened more than it asked for, to keep the rounds equal, can find its
         reserve spent."""
         budget = self._budget_units()
-        if budget is None or not self.units_to_complete:
+        if budget is None or not self.units_to_complete or self.carrying:  # a carry round's: the next step's budget
             return []
         fits = max(budget - used_units, 0) // self.units_to_complete
         trimmed, self.pending = self.pending[fits:], self.pending[:fits]
@@ -284,6 +373,8 @@ class ScreeningCollector(BatchCollector):
     def _short(self) -> float | None:
         """Informative groups the batch still misses once the pending completions are counted (None: a fixed budget,
         which completes whatever it can pay for)."""
+        if self.carrying:  # the next step's batch: completions beyond its groups would be surplus
+            return self.target - sum(probe.chance for probe in self.pending)
         if self.fixed_budget:
             return None
         return self.target - self._kept_groups() - sum(probe.chance for probe in self.pending)
@@ -375,9 +466,12 @@ class ScreeningCollector(BatchCollector):
         trainer = self.trainer
         trainer.num_generations = self.probe_size
         try:
-            return trainer._scored_round(rows)
+            output, scored = trainer._scored_round(rows)
         finally:
             trainer.num_generations = self.num_generations
+        if self.pipeline:  # a carried row is trained next step: its log-probabilities are this policy's
+            trainer._record_old_logps(output)
+        return output, scored
 
     def _gather_round(self, counts, dropped, observed, probe_records, agreeing_records, groups, round_index) -> None:
         """Every process's counts of the round: step totals, the funnel, the history and the screening estimates."""
@@ -427,6 +521,7 @@ class ScreeningCollector(BatchCollector):
         screened, dropped = self.funnel
         informative = self.totals.informative
         return {
+            **self._pipeline_metrics(),
             N.DYNAMIC_SAMPLING_SCREENED_PROMPTS: screened,
             N.DYNAMIC_SAMPLING_COMPLETED_PROMPTS: self.totals.attempted,
             N.DYNAMIC_SAMPLING_DROPPED_PROMPTS: dropped,
@@ -434,4 +529,18 @@ class ScreeningCollector(BatchCollector):
             N.DYNAMIC_SAMPLING_COMPLETIONS_PER_INFORMATIVE_GROUP: (
                 self.generated_rows / informative if informative else float("nan")
             ),
+        }
+
+    def _pipeline_metrics(self) -> dict[str, float]:
+        """Pipelined screening: the probes handed on or dropped, and the share of trained rows from the previous
+        step's call (one step off-policy)."""
+        if not self.pipeline:
+            return {}
+        stale = sum(len(part.origin) for part in self.kept if part.origin[0][0] == CARRIED_ROUND)
+        trained = sum(len(part.origin) for part in self.kept)
+        stale, trained = (sum(column) for column in self._gathered_columns(stale, trained))
+        return {
+            N.DYNAMIC_SAMPLING_CARRIED_PROBES: self.carried_out,
+            N.DYNAMIC_SAMPLING_CARRY_DROPPED_PROBES: self.carry_dropped,
+            N.DYNAMIC_SAMPLING_STALE_ROW_SHARE: stale / trained if trained else float("nan"),
         }

@@ -15,6 +15,10 @@ repeated) and from then on generate at other steps than the uninterrupted run (t
 checkpoint also holds TRL's micro-step count and, inside a cycle, the buffered micro-batches
 (``dapo_generation_buffer.pt``, one per process, about the size of one generation batch's tensors); the resumed run
 trains the rest of the very batch the interrupted run generated and then generates where it would have.
+
+With pipelined screening (``dynamic_sampling_pipeline``) the probes a step made for the next one (`carry`: their
+rows, old log-probabilities, rewards and what screening knew of each prompt) are written beside the state too
+(``dapo_carried_probes.pt``, one per process), so the resumed run completes the very probes the interrupted run made.
 """
 
 from __future__ import annotations
@@ -27,8 +31,11 @@ from typing import Any
 import torch
 from transformers.trainer_utils import get_last_checkpoint
 
+from .carry import CarriedRound
+
 REFILL_STATE_FILE = "dapo_refill_state.json"
 GENERATION_BUFFER_FILE = "dapo_generation_buffer.pt"
+CARRY_FILE = "dapo_carried_probes.pt"
 
 
 def refill_state_file(process_index: int, world_size: int, name: str = REFILL_STATE_FILE) -> str:
@@ -78,6 +85,10 @@ def save_dynamic_sampling(trainer: Any, folder: str) -> str:
             json.dump(state, handle)
 
     _replace_atomically(path, write_state)
+    carried = trainer.dynamic_sampling.carried
+    if carried is not None:
+        carry_path = os.path.join(folder, refill_state_file(args.process_index, args.world_size, CARRY_FILE))
+        _replace_atomically(carry_path, lambda partial: torch.save(carried.state_dict(), partial))
     # Inside a generation cycle TRL's next micro-step trains a buffered micro-batch instead of generating: the rest
     # of this batch is trained after the checkpoint.
     if trainer._step % _generate_every(args) != 0 and trainer._buffered_inputs is not None:
@@ -98,6 +109,7 @@ def resume_dynamic_sampling(trainer: Any, resume_from_checkpoint: str | bool) ->
         with open(state_file) as handle:
             state = json.load(handle)
         trainer.dynamic_sampling.load_state_dict(state)
+        _resume_carry(trainer, checkpoint)
         _resume_generation_cycle(trainer, checkpoint, state.get("micro_step"))
     else:
         warnings.warn(
@@ -105,6 +117,15 @@ def resume_dynamic_sampling(trainer: Any, resume_from_checkpoint: str | bool) ->
             "(refill prompts may repeat) and the round planner and prompt history start empty.",
             stacklevel=3,
         )
+
+
+def _resume_carry(trainer: Any, checkpoint: str) -> None:
+    """Pipelined screening: the probes the checkpointed step handed on (none: the next step starts unpipelined)."""
+    args = trainer.args
+    path = os.path.join(checkpoint, refill_state_file(args.process_index, args.world_size, CARRY_FILE))
+    if os.path.isfile(path):
+        state = torch.load(path, map_location=trainer.accelerator.device, weights_only=True)
+        trainer.dynamic_sampling.carried = CarriedRound.from_state(state)
 
 
 def _resume_generation_cycle(trainer: Any, checkpoint: str, micro_step: int | None) -> None:
