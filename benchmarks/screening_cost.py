@@ -175,6 +175,27 @@ class CountingCollector(ScreeningCollector):
         }
 
 
+def run_config(
+    seed: int, steps: int, groups: int = GROUPS, generations: int = G, output_dir: str | None = None, **config: Any
+) -> DAPOConfig:
+    """The `DAPOConfig` of a benchmark run: ``groups`` groups of ``generations`` per step, ``steps`` steps, dynamic
+    sampling with ``config`` (the stub trainer writes nothing: its folder is a throwaway)."""
+    with tempfile.TemporaryDirectory() as folder:
+        return DAPOConfig(
+            **cpu_args(
+                output_dir or folder,
+                per_device_train_batch_size=groups * generations,
+                num_generations=generations,
+                max_completion_length=4,
+                max_steps=steps,
+                seed=seed,
+                report_to=[],
+                dynamic_sampling=True,
+                **config,
+            )
+        )
+
+
 def run_trainer_rule(
     success: np.ndarray,
     *,
@@ -187,21 +208,9 @@ def run_trainer_rule(
 ) -> Cost:
     """``steps`` steps of the trainer's own collector (`ScreeningCollector`, its sampler, planner and estimates) with
     ``config`` (``DAPOConfig`` fields), each step's own prompts from shuffled passes over the dataset (as TRL's
-    sampler gives them, from ``RepeatSampler`` seeded alike). ``on_step(step, success)``: a hook that may change the pass rates between steps."""
-    with tempfile.TemporaryDirectory() as folder:
-        args = DAPOConfig(
-            **cpu_args(
-                folder,
-                per_device_train_batch_size=groups * generations,
-                num_generations=generations,
-                max_completion_length=4,
-                max_steps=steps,
-                seed=seed,
-                report_to=[],
-                dynamic_sampling=True,
-                **config,
-            )
-        )
+    sampler gives them, from ``RepeatSampler`` seeded alike). ``on_step(step, success)``: a hook that may change the
+    pass rates between steps."""
+    args = run_config(seed, steps, groups, generations, **config)
     trainer = StubTrainer(args, success, seed=seed + 1)
     # The step's own prompts in the order TRL's dataloader gives them: its sampler, seeded by the run's seed.
     sampler = RepeatSampler(range(len(success)), mini_repeat_count=1, batch_size=groups, seed=seed)
@@ -252,22 +261,15 @@ def train(seed: int, prompts: int = 256, epochs: float = 4.0, **overrides: Any) 
     model = build_tiny_causal_lm(tokenizer, seed=seed, hidden_size=32, num_layers=1)
     dataset = Dataset.from_dict({"prompt": [f"p{i}:" for i in range(prompts)], "task": list(range(prompts))})
     with tempfile.TemporaryDirectory() as folder:
-        args = DAPOConfig(
-            **cpu_args(
-                folder,
-                per_device_train_batch_size=GROUPS * G,
-                num_generations=G,
-                max_completion_length=4,
-                max_steps=math.ceil(epochs * prompts / GROUPS),
-                seed=seed,
-                learning_rate=0.0,
-                logging_steps=1,
-                save_strategy="no",
-                report_to=[],
-                disable_tqdm=True,
-                dynamic_sampling=True,
-                **{**RECOMMENDED, **overrides},
-            )
+        args = run_config(
+            seed,
+            math.ceil(epochs * prompts / GROUPS),
+            output_dir=folder,
+            learning_rate=0.0,
+            logging_steps=1,
+            save_strategy="no",
+            disable_tqdm=True,
+            **{**RECOMMENDED, **overrides},
         )
         trainer = DAPOTrainer(
             model, PassRateReward(success, seed + 1), args=args, train_dataset=dataset, processing_class=tokenizer
