@@ -165,7 +165,6 @@ def test_a_pipelined_run_logs_exactly_the_declared_names(make_model, tokenizer, 
         ({"dynamic_sampling_screen_generations": None}, "set dynamic_sampling_screen_generations"),
         ({"num_iterations": 2}, "num_iterations=2"),
         ({"steps_per_generation": 2}, "steps_per_generation=2 != gradient_accumulation_steps=1"),
-        ({"max_generated_completions": 64, "max_steps": 4}, "max_generated_completions"),
         (
             {
                 "dynamic_sampling": False,
@@ -179,6 +178,28 @@ def test_a_pipelined_run_logs_exactly_the_declared_names(make_model, tokenizer, 
 def test_unsupported_settings_are_refused_with_what_to_change(tmp_path, settings, says):
     with pytest.raises(ValueError, match=says):
         DAPOConfig(**grpo_kwargs(tmp_path, **{"dynamic_sampling": True, **PIPELINE, **settings}))
+
+
+def test_a_run_bounded_by_generation_probes_nothing_past_its_budget(make_model, tokenizer, tmp_path):
+    """max_generated_completions: the run stops at the budget, pipelined in the middle, and the step that a plain
+    step's completions would take to the budget screens within itself: nothing is left carried."""
+    budget = 6 * 8  # six plain steps of 2 prompts x G = 4
+    trainer, _, _ = build(
+        make_model,
+        tokenizer,
+        tmp_path,
+        kinds_dataset(KINDS, 8),
+        max_steps=20,
+        max_generated_completions=budget,
+        **PIPELINE,
+    )
+    calls = record_calls(trainer)
+    trainer.train()
+    logs = ds_logs(trainer)
+    assert trainer.budget_meter.charged() >= budget > trainer.budget_meter.charged() - 8  # stopped at the budget
+    assert trainer.state.global_step < 20
+    assert logs[-1][N.DYNAMIC_SAMPLING_CARRIED_PROBES] == 0 and trainer.dynamic_sampling.carried is None
+    assert any(len(step) == 1 for step in per_step(calls).values())  # pipelined (one call) in the middle
 
 
 def test_the_completions_table_shows_carried_rows_at_the_step_that_trains_them(make_model, tokenizer, tmp_path):

@@ -84,7 +84,9 @@ class DAPOConfig(GRPOConfig):
             `dynamic_sampling_fixed_budget`): a step's one generation call completes the prompts whose probes the
             previous step's call made and probes the prompts of the next step; the carried probe rows keep the
             log-probabilities of the policy that generated them (one step off-policy). One process, transformers
-            generation, `num_iterations=1` and `steps_per_generation == gradient_accumulation_steps` only.
+            generation, `num_iterations=1` and `steps_per_generation == gradient_accumulation_steps` only; with
+            `max_generated_completions`, a step that a plain step's completions would take to the budget probes
+            nothing for a next step.
         max_generated_completions (int | None): Bound the run by generation instead of steps: stop at the first
             optimizer step end at which the completions charged so far (every round and process, the count logged
             as `dynamic_sampling/generated_completions`; a generation batch charged as its micro-batches are trained)
@@ -566,9 +568,6 @@ class DAPOConfig(GRPOConfig):
             f"steps_per_generation={self.steps_per_generation} != gradient_accumulation_steps="
             f"{self.gradient_accumulation_steps} (a step must be one generation cycle)": (
                 self.steps_per_generation != self.gradient_accumulation_steps
-            ),
-            "max_generated_completions (the last step with a budget is not known in advance)": (
-                self.max_generated_completions is not None
             ),
         }
         refused = [setting for setting, present in unsupported.items() if present]

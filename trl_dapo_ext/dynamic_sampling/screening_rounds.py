@@ -31,6 +31,7 @@ import torch
 from accelerate.utils import gather_object
 
 from ..core.groups import GroupOutcome
+from ..generation_budget import plain_step_completions
 from ..metric_names import N
 from .assembly import RoundRows, SelectedGroups
 from .carry import CARRIED_ROUND, CarriedRound, carry_round
@@ -91,6 +92,11 @@ class ScreeningCollector(BatchCollector):
         # with a next step ends with a carry round, whose probes that step completes.
         self.pipeline = bool(getattr(args, "dynamic_sampling_pipeline", False))
         self.next_step = self.pipeline and trainer.state.global_step + 1 < trainer.state.max_steps
+        if self.next_step and args.max_generated_completions is not None:
+            # The run stops at the step end where the charged completions reach the budget: a step whose plain
+            # step's worth would reach it probes nothing for a step that may not come (it screens within itself).
+            charged = trainer.budget_meter.charged()
+            self.next_step = charged + plain_step_completions(args) < args.max_generated_completions
         self.carry_dropped = 0  # probes worth completing that the next step cannot take (every process)
         self.carried_out = 0  # probes handed to the next step (every process)
         carried, carried_logs = self._take_carried(trainer) if self.pipeline else ([], None)
