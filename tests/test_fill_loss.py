@@ -289,3 +289,50 @@ def test_each_generation_batch_of_an_optimizer_step_is_normalised_on_its_own(mak
     }
     pooled_gradient = gradients(trainer.model, GRPOTrainer.compute_loss(trainer, trainer.model, pooled))
     assert any(not torch.allclose(summed[name], pooled_gradient[name], atol=1e-7) for name in summed)
+
+
+def no_verdict_for_right(completions, kind, **kwargs):
+    """A reward with no verdict (None) for the 'right' prompt's completions, as a sandbox that could not run gives."""
+    texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+    return [None if k == "right" else (sum(map(ord, t)) % 89 + 1) / 91 for k, t in zip(kind, texts)]
+
+
+@pytest.mark.parametrize("sampling", [False, True], ids=["plain", "fixed-budget"])
+@pytest.mark.parametrize(
+    "overrides",
+    [{"loss_type": name, **settings} for name, settings in LOSS_TYPES.items()],
+    ids=list(LOSS_TYPES),
+)
+def test_unscored_completions_can_be_masked_out_of_the_loss(make_model, tokenizer, tmp_path, overrides, sampling):
+    """mask_unscored_completions=True: completions a reward function left unscored leave the loss and its
+    denominators, with or without dynamic sampling: the gradient is TRL's on the batch without them. Off, their
+    tokens stay in (TRL's behaviour), and the gradient differs."""
+    sampling_fields = {"dynamic_sampling_fixed_budget": True} if sampling else {"dynamic_sampling": False}
+    trainer, _, _ = build(
+        make_model,
+        tokenizer,
+        tmp_path,
+        kinds_dataset(["varying", "right"], repeat=12),
+        reward=no_verdict_for_right,
+        mask_unscored_completions=True,
+        num_iterations=2,  # TRL then keeps the generating policy's log-probabilities (old_per_token_logps)
+        **sampling_fields,
+        **overrides,
+    )
+    trainer.model.train()
+    rows = [dict(trainer.train_dataset[i]) for i in (0, 1) for _ in range(G)]  # index 0 varies, index 1 unscored
+    batch = trainer._generate_and_score_completions(rows)
+    move_off_policy(trainer)
+    unscored = torch.tensor([kind == "right" for kind in prompt_kinds(batch, tokenizer)])
+    assert int(unscored.sum()) == G and torch.all(batch["advantages"][unscored] == 0)
+    ours = gradients(trainer.model, trainer.compute_loss(trainer.model, batch))
+    reference = gradients(
+        trainer.model, GRPOTrainer.compute_loss(trainer, trainer.model, without_rows(batch, unscored))
+    )
+    assert_same_gradients(ours, reference)
+    if overrides["loss_type"] in ("grpo", "dapo"):  # off: the unscored tokens stay in the denominator
+        unmasked = {k: v for k, v in batch.items() if k != "tool_mask" and not k.startswith("dapo_ext_")}
+        unmasked["num_items_in_batch"] = (batch["completion_mask"]).sum()
+        kept_in = gradients(trainer.model, GRPOTrainer.compute_loss(trainer, trainer.model, unmasked))
+        with pytest.raises(AssertionError):
+            assert_same_gradients(kept_in, reference)

@@ -93,6 +93,8 @@ class DAPOConfig(GRPOConfig):
             reach this, and run the lr schedule on completions (the schedule of `ceil(budget / per_step)` plain GRPO
             steps evaluated at `charged / per_step`). `max_steps` left at -1 becomes that step count (see
             `trl_dapo_ext.generation_budget`).
+        mask_unscored_completions (bool): Completions a reward function left unscored (None) are masked out of the
+            loss, its token denominator, the KL term and the advantage statistics.
         diagnostics (bool): Log the `groups/`, `length/`, `cost/` and `time/` metrics every step; training itself is
             unchanged.
         diagnostics_success_threshold (float): A completion counts as correct when its task reward is at least this
@@ -279,6 +281,17 @@ class DAPOConfig(GRPOConfig):
             "(steps_per_generation * num_iterations)). max_steps left at -1 becomes ceil(budget / per_step) (so "
             "num_train_epochs is ignored, as with any max_steps); a given max_steps stays a cap on optimizer steps "
             "(without dynamic sampling it must be at least that). None: bounded by max_steps / num_train_epochs."
+        },
+    )
+
+    mask_unscored_completions: bool = field(
+        default=False,
+        metadata={
+            "help": "Mask out of the loss every completion that a reward function left unscored (returned None: no "
+            "verdict, e.g. a code sandbox that could not run). Its tokens leave the loss, its token denominator and "
+            "the KL term, and its reward leaves the advantage statistics. Off (TRL's behaviour), such a completion "
+            "gets advantage 0 only when every reward function returned None, and its tokens stay in the "
+            "denominator and the KL term (open-instruct's mask_infra_failed_completions)."
         },
     )
 

@@ -27,7 +27,7 @@ from .core.metrics import (
 )
 from .core.overlong import OverlongPenalty, penalty_only_where_scored
 from .diagnostics import Diagnostics
-from .dynamic_sampling.assembly import LOSS_SCALE_KEY, ScoredRound
+from .dynamic_sampling.assembly import LOSS_SCALE_KEY, RoundRows, ScoredRound, assemble
 from .dynamic_sampling.rounds import build_dynamic_sampler, with_prompt_index
 from .dynamic_sampling.sampler import DynamicSampler
 from .dynamic_sampling.screening_rounds import collector_class
@@ -254,8 +254,12 @@ class DAPOTrainer(GRPOTrainer):
                 self._check_left_padding()
             return collector_class(self.args)(self, inputs).collect()
         diagnose = self.args.diagnostics and self.model.training
-        output, scored = self._scored_round(inputs, need_rewards=self.args.recomputes_advantages or diagnose)
-        if self.args.recomputes_advantages:
+        masking = self.args.mask_unscored_completions and self.model.training
+        needed = self.args.recomputes_advantages or diagnose or masking
+        output, scored = self._scored_round(inputs, need_rewards=needed)
+        if masking:
+            output = self._masked_unscored(output, scored, len(inputs))
+        elif self.args.recomputes_advantages:
             advantages = self._advantages(scored.rewards_per_func)
             self._replace_logged_advantages(advantages)
             output["advantages"] = self._local_rows(advantages, len(inputs))
@@ -270,6 +274,21 @@ class DAPOTrainer(GRPOTrainer):
                 generated_completion_ids=[scored.completion_ids],
             )
         return output
+
+    def _masked_unscored(self, output: dict[str, Any], scored: ScoredRound, count: int) -> dict[str, Any]:
+        """``mask_unscored_completions``: the round's batch with its unscored rows masked, as dynamic sampling masks
+        its fill groups (`assembly.assemble`: loss mask, token denominator, row-count scale, advantages)."""
+        round_rows = RoundRows(output, scored, self._local_rows(scored.rewards_per_func, count), 1, count)
+        batch, rows = assemble(
+            [round_rows.take(torch.arange(count))],
+            pad_token_id=self._tokenizer.pad_token_id,
+            accelerator=self.accelerator,
+            advantages=self._advantages,
+            loss_type=self.args.loss_type,
+            mask_unscored=True,
+        )
+        self._replace_logged_advantages(rows.global_advantages)
+        return batch
 
     # ------------------------------------------------------------------------------------------------------------
     # Diagnostics (groups/, length/, cost/, time/), only with diagnostics=True
@@ -295,7 +314,8 @@ class DAPOTrainer(GRPOTrainer):
         return micro_batch
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        if not self.args.dynamic_sampling:  # only dynamic sampling's fill groups can leave no loss token
+        # Only masked rows (dynamic sampling's fill groups, unscored completions) can leave a batch without loss tokens.
+        if not (self.args.dynamic_sampling or self.args.mask_unscored_completions):
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         metrics = self._metrics["train" if self.model.training else "eval"]
         marks = {key: len(metrics[key]) for key in TOKEN_MEAN_METRICS if key in metrics}

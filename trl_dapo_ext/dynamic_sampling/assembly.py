@@ -285,24 +285,27 @@ def assemble(
     accelerator: Any,
     advantages: Callable[[torch.Tensor], torch.Tensor],
     loss_type: str,
+    mask_unscored: bool = False,
 ) -> tuple[dict[str, Any], BatchRows]:
     """Concatenate the selected groups into one update batch; recompute its advantages (``advantages``: gathered
-    reward matrix to every row's advantage), the loss mask of filled groups and the loss denominator."""
+    reward matrix to every row's advantage), the loss mask of filled groups and the loss denominator.
+    ``mask_unscored``: rows that a reward function left unscored (None, NaN in the matrix) are masked too."""
     batch = concat_rows([part.batch for part in parts], pad_token_id=pad_token_id)
     rewards_per_func = torch.cat([part.rewards_per_func for part in parts])
     filled = torch.cat([torch.full((len(part.origin),), part.filled) for part in parts])
+    masked = filled | torch.isnan(rewards_per_func).any(dim=1).cpu() if mask_unscored else filled
     device = batch["completion_mask"].device
 
-    # Filled groups are masked out of the loss: zero tool_mask rows (tool_mask only enters the loss mask).
-    if filled.any():
+    # Filled groups (and unscored rows) are masked out of the loss: zero tool_mask rows (it only enters the loss mask).
+    if masked.any():
         if "tool_mask" not in batch:
             batch["tool_mask"] = torch.ones_like(batch["completion_mask"])
-        batch["tool_mask"][filled.to(device)] = 0
+        batch["tool_mask"][masked.to(device)] = 0
 
     # Advantages on the final batch: batch-level statistics (scale_rewards="batch", normalize_then_sum) change
-    # when groups are dropped. Filled rows are left out of every statistic (NaN) and get advantage 0.
+    # when groups are dropped. Masked rows are left out of every statistic (NaN) and get advantage 0.
     scored = rewards_per_func.clone()
-    scored[filled.to(scored.device)] = torch.nan
+    scored[masked.to(scored.device)] = torch.nan
     global_advantages = advantages(accelerator.gather(scored.to(device)))
     start = accelerator.process_index * len(filled)
     batch["advantages"] = global_advantages[start : start + len(filled)].to(device)
@@ -311,7 +314,7 @@ def assemble(
     loss_mask = batch["completion_mask"] * batch.get("tool_mask", 1)
     batch["num_items_in_batch"] = accelerator.gather(loss_mask.sum()).sum()
     # The grpo/sapo/luspo/dr_grpo losses count rows, masked or not: the factor that takes the masked rows out.
-    masked_rows = int(accelerator.gather(filled.sum().reshape(1).to(device)).sum())
+    masked_rows = int(accelerator.gather(masked.sum().reshape(1).to(device)).sum())
     scale = masked_rows_loss_scale(loss_type, rows=len(filled) * accelerator.num_processes, masked_rows=masked_rows)
     if scale != 1.0:
         batch[LOSS_SCALE_KEY] = torch.tensor(scale, device=device)

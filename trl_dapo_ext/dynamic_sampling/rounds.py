@@ -340,6 +340,7 @@ class BatchCollector:
             accelerator=trainer.accelerator,
             advantages=trainer._advantages,
             loss_type=trainer.args.loss_type,
+            mask_unscored=trainer.args.mask_unscored_completions,
         )
         self._log_step(retained_per_process, filled, rows)
         if trainer.args.diagnostics:
