@@ -361,7 +361,8 @@ SECTIONS: tuple[Section, ...] = (
                 "dynamic_sampling/dropped_prompts",
                 "screened prompts not completed, each at its probes' cost: probes agreed and completing was not "
                 "worth it, mixed beyond what the batch missed, or probed in the step's last round; screened = "
-                "completed + dropped",
+                "completed + dropped (pipelined: screened = completed - the previous step's carried_probes + dropped "
+                "+ this step's carried_probes)",
                 "falls as the data saturates less",
                 "screen",
             ),
