@@ -83,13 +83,13 @@ PANELS: tuple[Panel, ...] = (
         band=("groups/reward_std_p10", "groups/reward_std_p90"),
     ),
     Panel(
-        "Dynamic sampling: retention and rounds",
+        "Dynamic sampling: retention and generation calls",
         lines=(
             Series("dynamic_sampling/retention_rate", "retention rate"),
-            Series("dynamic_sampling/rounds", "generation rounds", right=True),
+            Series("dynamic_sampling/rounds", "generation calls per step (GRPO: 1)", right=True),
         ),
         ylabel="retained / attempted groups",
-        right_ylabel="rounds",
+        right_ylabel="generation calls",
         ylim=(-0.02, 1.02),
     ),
     Panel(
