@@ -18,6 +18,13 @@ problems) and verifier (`reward_funcs.math_reward`); they differ in the problems
 
   Held-out problems of every class are never trained on. Accuracy is reported per class and overall (the mean of
   the three classes, each 1/3 of the held-out split).
+* ``scratchpad`` (issue 52's task, `benchmarks/protocol.md`): additions of two n-digit numbers, n = 2 to 5 (four
+  classes), whose completions write each column's total before the answer (`scratchpad_completion`), so a
+  completion's length grows with its difficulty and generated tokens differ from generated completions; the
+  verifier grades the final answer after ``####`` only. The warm start (a fixed number of steps on clean
+  scratchpads) sees many 2- and 3-digit problems, fewer 4-digit ones and a few 5-digit ones, so that the hardest
+  class starts at a small nonzero pass rate; 1,000 held-out problems per class and 1,000 RL prompts per class,
+  all distinct (`SCRATCHPAD`).
 
 >>> from trl_dapo_ext.cli.demo import DemoSettings
 >>> splits = task_splits("mixed", DemoSettings(seed=0))
@@ -30,12 +37,12 @@ problems) and verifier (`reward_funcs.math_reward`); they differ in the problems
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from trl_dapo_ext.cli.demo import DemoSettings
 from trl_dapo_ext.cli.demo.data import imperfect_teacher, split_problems
 
-TASKS = ("demo", "mixed")
+TASKS = ("demo", "mixed", "scratchpad")
 CLASSES = ("easy", "medium", "hard")  # the mixed task's difficulty classes
 ALL = "all"  # the demo task's one class
 
@@ -46,6 +53,93 @@ MEDIUM_WARM_START = 1800  # the demo's noisy teacher
 # RL prompts per class: the hard class is the largest, so that at the start at least half of GRPO's groups of 8 are
 # zero-variance (about 50-55% measured after the warm start: hard ~100% all wrong, medium ~35%, easy ~7%).
 RL_PROMPTS = {"easy": 1000, "medium": 1000, "hard": 1400}
+
+
+@dataclass(frozen=True)
+class ScratchpadClass:
+    """One class of the scratchpad task: its warm-start rows and its RL prompts (held-out: the task's per class)."""
+
+    warm_start: int
+    rl_prompts: int
+
+
+@dataclass(frozen=True)
+class ScratchpadTask:
+    """The scratchpad task's shape: classes (by operand digits, easiest first), sizes and the warm start's length."""
+
+    classes: dict[str, ScratchpadClass] = field(
+        default_factory=lambda: {
+            "2-digit": ScratchpadClass(warm_start=2500, rl_prompts=1000),
+            "3-digit": ScratchpadClass(warm_start=2500, rl_prompts=1000),
+            "4-digit": ScratchpadClass(warm_start=800, rl_prompts=1000),
+            "5-digit": ScratchpadClass(warm_start=80, rl_prompts=1000),  # a few hard rows: a small nonzero pass rate
+        }
+    )
+    held_out_per_class: int = 1000
+    # The longest well-formed completion: 5 columns x 3 tokens, "#### ", 6 answer digits, <eos> = 23 tokens.
+    completion_tokens: int = 24
+    # A fixed warm start: the demo's target check generates 6 tokens and cannot read a scratchpad's answer.
+    sft_steps: int = 600
+
+
+SCRATCHPAD = ScratchpadTask()
+
+
+def completion_tokens(task: str) -> int:
+    """The completion length limit of ``task``: the RL stage's ``max_completion_length`` and the evaluation's."""
+    return SCRATCHPAD.completion_tokens if task == "scratchpad" else 6
+
+
+def task_settings(task: str) -> dict:
+    """The `DemoSettings` changes ``task`` makes (its warm start)."""
+    return dict(warm_start_target=None, sft_steps=SCRATCHPAD.sft_steps) if task == "scratchpad" else {}
+
+
+def scratchpad_completion(a: int, b: int) -> str:
+    """Each column's total (carry in included) as two digits, units first, then the GSM8K-style answer.
+
+    >>> scratchpad_completion(47, 85)
+    '12 13 #### 132'
+    """
+    columns, carry = [], 0
+    for x, y in zip(str(a).zfill(len(str(b)))[::-1], str(b).zfill(len(str(a)))[::-1]):
+        total = int(x) + int(y) + carry
+        columns.append(f"{total:02d}")
+        carry = total // 10
+    return " ".join(columns) + f" #### {a + b}"
+
+
+def _distinct_pairs(digits: int, count: int, rng: random.Random) -> list[tuple[int, int]]:
+    """``count`` distinct pairs of ``digits``-digit numbers in a seeded order."""
+    low, high = 10 ** (digits - 1), 10**digits - 1
+    if count > (high - low + 1) ** 2:
+        raise ValueError(f"{count} distinct pairs of {digits}-digit numbers asked for; there are fewer")
+    seen: dict[tuple[int, int], None] = {}
+    while len(seen) < count:
+        seen.setdefault((rng.randint(low, high), rng.randint(low, high)))
+    return list(seen)
+
+
+def scratchpad_splits(
+    seed: int, held_out_per_class: int | None = None, task: ScratchpadTask = SCRATCHPAD
+) -> TaskSplits:
+    """The scratchpad task of ``seed`` (see the module docstring); ``held_out_per_class`` (default the task's)."""
+    rng = random.Random(seed)
+    n = task.held_out_per_class if held_out_per_class is None else held_out_per_class
+    held_out, sft_rows, rl_rows = [], [], []
+    for kind, sizes in task.classes.items():
+        digits = int(kind.split("-")[0])
+        rows = [
+            {"prompt": f"{a}+{b}=", "answer": str(a + b), "completion": scratchpad_completion(a, b), "class": kind}
+            for a, b in _distinct_pairs(digits, task.held_out_per_class + sizes.warm_start + sizes.rl_prompts, rng)
+        ]
+        start = task.held_out_per_class  # the same warm-start and RL rows whatever the held-out size asked for
+        held_out += rows[:n]
+        sft_rows += rows[start : start + sizes.warm_start]
+        rl_rows += rows[start + sizes.warm_start :]
+    rng.shuffle(sft_rows)
+    rng.shuffle(rl_rows)
+    return TaskSplits(held_out, sft_rows, rl_rows)
 
 
 @dataclass(frozen=True)
@@ -90,26 +184,48 @@ def mixed_splits(seed: int, teacher_noise: float) -> TaskSplits:
     return TaskSplits(held_out, sft_rows, rl_rows)
 
 
-def task_splits(task: str, settings: DemoSettings) -> TaskSplits:
-    """The splits of ``task`` for ``settings.seed``."""
+def task_splits(task: str, settings: DemoSettings, held_out_per_class: int | None = None) -> TaskSplits:
+    """The splits of ``task`` for ``settings.seed`` (``held_out_per_class``: the scratchpad task's, a smaller one for
+    a smoke run)."""
     if task == "demo":
         held_out, sft_rows, rl_rows = split_problems(settings)
         label = lambda rows: [{**row, "class": ALL} for row in rows]  # noqa: E731
         return TaskSplits(label(held_out), label(sft_rows), label(rl_rows))
     if task == "mixed":
         return mixed_splits(settings.seed, settings.teacher_noise)
+    if task == "scratchpad":
+        return scratchpad_splits(settings.seed, held_out_per_class)
     raise ValueError(f"unknown task {task!r}; one of {', '.join(TASKS)}")
 
 
-def evaluate_by_class(model, tokenizer, held_out: list[dict], samples: int, seed: int, verifier) -> dict:
+class LongerCompletions:
+    """``model``, generating up to ``tokens`` new tokens where the demo's evaluation asks for its 6 (the scratchpad
+    task's completions are longer); everything else is the model's."""
+
+    def __init__(self, model, tokens: int) -> None:
+        self._model, self._tokens = model, tokens
+
+    def __getattr__(self, name: str):
+        return getattr(self._model, name)
+
+    def generate(self, **kwargs):
+        return self._model.generate(**{**kwargs, "max_new_tokens": self._tokens})
+
+
+def evaluate_by_class(
+    model, tokenizer, held_out: list[dict], samples: int, seed: int, verifier, completion_tokens: int = 6
+) -> dict:
     """The demo's paired held-out evaluation on each class of ``held_out``, and overall (the mean over classes).
 
     Returns ``{"overall": {...}, "by_class": {class: {...}}}`` with `evaluation.Evaluation`'s fields; for one class
-    ``overall`` is that class's evaluation.
+    ``overall`` is that class's evaluation. ``completion_tokens``: the longest completion generated.
     """
     from dataclasses import asdict
 
     from trl_dapo_ext.cli.demo import evaluate
+
+    if completion_tokens != 6:
+        model = LongerCompletions(model, completion_tokens)
 
     classes = list(dict.fromkeys(row["class"] for row in held_out))
     by_class = {

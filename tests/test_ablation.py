@@ -64,6 +64,43 @@ def test_the_mixed_task_is_stratified_and_keeps_held_out_problems_out_of_trainin
     assert demo.classes == ("all",) and len(demo.held_out) == 500
 
 
+def test_the_scratchpad_task_grows_in_length_with_difficulty_and_keeps_held_out_problems_apart():
+    from ablation_tasks import SCRATCHPAD, scratchpad_completion, task_splits
+
+    from reward_funcs import math_reward
+    from trl_dapo_ext.cli.demo import DemoSettings, build_tokenizer_and_model
+
+    splits = task_splits("scratchpad", DemoSettings(seed=3))
+    classes = tuple(SCRATCHPAD.classes)
+    assert splits.classes == classes == ("2-digit", "3-digit", "4-digit", "5-digit")
+    count = lambda rows, c: sum(r["class"] == c for r in rows)  # noqa: E731
+    assert all(count(splits.held_out, c) == 1000 for c in classes)
+    assert all(count(splits.sft_rows, c) == SCRATCHPAD.classes[c].warm_start for c in classes)
+    assert all(count(splits.rl_rows, c) == SCRATCHPAD.classes[c].rl_prompts for c in classes)
+    assert 0 < SCRATCHPAD.classes["5-digit"].warm_start < SCRATCHPAD.classes["4-digit"].warm_start  # a few hard rows
+    prompts = [{r["prompt"] for r in rows} for rows in (splits.held_out, splits.sft_rows, splits.rl_rows)]
+    assert sum(map(len, prompts)) == len(set().union(*prompts))  # distinct within and across the three splits
+    assert len(task_splits("scratchpad", DemoSettings(seed=3), held_out_per_class=50).held_out) == 200
+    assert task_splits("scratchpad", DemoSettings(seed=3)) == splits  # seeded
+    tokenizer, _ = build_tokenizer_and_model("tiny", 0)
+    lengths = {c: set() for c in classes}
+    for row in splits.held_out + splits.sft_rows + splits.rl_rows:
+        a, b = (int(x) for x in row["prompt"].rstrip("=").split("+"))
+        digits = int(row["class"].split("-")[0])
+        assert len(str(a)) == len(str(b)) == digits and row["answer"] == str(a + b)
+        assert row["completion"] == scratchpad_completion(a, b)
+        tokens = len(tokenizer(row["completion"], add_special_tokens=False)["input_ids"]) + 1  # <eos>
+        assert tokens <= SCRATCHPAD.completion_tokens
+        lengths[row["class"]].add(tokens)
+    # every class's completions are longer than every easier class's: tokens grow with difficulty
+    assert all(max(lengths[easier]) < min(lengths[harder]) for easier, harder in zip(classes, classes[1:]))
+    # the verifier grades the final answer only: a scratchpad with a wrong column but the right sum scores 1
+    assert scratchpad_completion(47, 85) == "12 13 #### 132"
+    assert math_reward(["12 13 #### 132", "99 13 #### 132", "12 13 #### 131", "12 13 132"], answer=["132"] * 4) == [
+        1.0, 1.0, 0.0, 0.0
+    ]  # fmt: skip
+
+
 def test_merging_runs_made_apart(tmp_path):
     plan = {"budget": 10}
     for name, runs in (("a", [{"arm": 1, "seed": 0}]), ("b", [{"arm": 1, "seed": 1}]), ("c", [{"arm": 1, "seed": 0}])):
