@@ -240,3 +240,57 @@ def evaluate_by_class(
     }
     overall["k"] = samples
     return {"overall": overall, "by_class": by_class}
+
+
+def class_shares(classes: list[str], rewards: list[float], lengths: list[int], group_size: int) -> dict:
+    """Per class, from groups of ``group_size`` consecutive completions (``classes``: one per group): the pass rate, the
+    shares of all-right and all-wrong groups, and the mean completion length in tokens.
+
+    >>> class_shares(["a", "a", "b", "b"], [1, 1, 0, 1, 0, 0, 0, 0], [3, 3, 3, 3, 5, 5, 5, 7], 2)["b"]
+    {'groups': 2, 'pass_rate': 0.0, 'all_right': 0.0, 'all_wrong': 1.0, 'zero_variance': 1.0, 'tokens': 5.5}
+    """
+    found: dict[str, list[tuple[list[float], list[int]]]] = {}
+    for index, kind in enumerate(classes):
+        span = slice(index * group_size, (index + 1) * group_size)
+        found.setdefault(kind, []).append(([float(r == 1.0) for r in rewards[span]], lengths[span]))
+    shares = {}
+    for kind, groups in found.items():
+        right = [sum(g) for g, _ in groups]
+        all_right = sum(r == group_size for r in right) / len(groups)
+        all_wrong = sum(r == 0 for r in right) / len(groups)
+        shares[kind] = dict(
+            groups=len(groups),
+            pass_rate=sum(right) / (len(groups) * group_size),
+            all_right=all_right,
+            all_wrong=all_wrong,
+            zero_variance=all_right + all_wrong,
+            tokens=sum(sum(n) for _, n in groups) / (len(groups) * group_size),
+        )
+    return shares
+
+
+def warm_start_groups(
+    model, tokenizer, rows: list[dict], group_size: int, seed: int, verifier, completion_tokens: int
+) -> dict:
+    """GRPO's groups on ``rows`` (RL prompts) from ``model`` as it is: `class_shares` of ``group_size`` completions
+    per prompt at temperature 1, and overall (the zero-variance share of a batch drawn from ``rows``)."""
+    import torch
+
+    from trl_dapo_ext.cli.demo import generate, preserved_rng
+
+    with preserved_rng():
+        torch.manual_seed(seed)
+        model.eval()
+        texts = generate(
+            LongerCompletions(model, completion_tokens), tokenizer, [r["prompt"] for r in rows], True, group_size
+        )
+        model.train()
+    rewards = verifier(texts, answer=[r["answer"] for r in rows for _ in range(group_size)])
+    # A completion that stopped early ended with <eos>, which decoding drops; one cut off at the limit did not.
+    lengths = [
+        min(len(tokenizer(text, add_special_tokens=False)["input_ids"]) + 1, completion_tokens) for text in texts
+    ]
+    by_class = class_shares([r["class"] for r in rows], rewards, lengths, group_size)
+    weights = {kind: shares["groups"] / len(rows) for kind, shares in by_class.items()}
+    overall = {key: sum(weights[k] * by_class[k][key] for k in by_class) for key in next(iter(by_class.values()))}
+    return dict(overall={**overall, "groups": len(rows)}, by_class=by_class, group_size=group_size)

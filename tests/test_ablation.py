@@ -38,6 +38,26 @@ def test_arms_are_cumulative_config_changes_as_in_the_dapo_table():
     assert _changed(arms[4], arms[8]) == {"dynamic_sampling_screen_generations"}
     assert _changed(arms[4], arms[9]) == {"dynamic_sampling_screen_generations", "dynamic_sampling_fixed_budget"}
     assert ablation.SELECTION_ARMS == [1, 3, 4, 6, 7, 8, 9]
+    # pipelined screening (one generation call per step): arm 9 pipelined, then with k = 2
+    assert _changed(arms[9], arms[10]) == {"dynamic_sampling_pipeline"} and arms[10]["dynamic_sampling_pipeline"]
+    assert _changed(arms[10], arms[11]) == {"dynamic_sampling_screen_generations"}
+    assert arms[11]["dynamic_sampling_screen_generations"] == 2
+    assert ablation.PROTOCOL_ARMS[:2] == [3, 10] and sorted(ablation.PROTOCOL_ARMS[2:]) == [1, 4, 7, 8, 11]
+    assert ablation.parse(["--output", "x", "--arms", "protocol"]).arms == sorted(ablation.PROTOCOL_ARMS)
+
+
+def test_generation_meter_counts_tokens_calls_and_each_calls_longest_completion():
+    from reward_funcs import math_reward
+
+    seen = []
+    meter = ablation.GenerationMeter(lambda completions, **kwargs: seen.append(kwargs) or [1.0] * len(completions))
+    assert meter(["a", "b"], completion_ids=[[1, 2, 3], [4]], answer=["1", "2"]) == [1.0, 1.0]
+    meter(["c"], completion_ids=[[5, 6]], answer=["3"])
+    assert meter.counts() == dict(generated_tokens=6, generation_calls=2, decode_steps=3 + 2)
+    assert meter.completions == 3 and seen[1] == {"completion_ids": [[5, 6]], "answer": ["3"]}  # passed through
+    with pytest.raises(TypeError, match="completion_ids"):
+        meter(["d"], answer=["4"])
+    assert ablation.GenerationMeter(math_reward).__name__ == "math_reward"  # the reward's metric names unchanged
 
 
 def test_the_mixed_task_is_stratified_and_keeps_held_out_problems_out_of_training():
@@ -214,6 +234,53 @@ def test_smoke_run_gives_equal_budgets_every_record_and_resumes(tmp_path):
     again = _smoke(tmp_path)  # resumable: the finished runs are skipped, nothing is rerun
     assert "0 runs to do, 3 already" in again.stdout
     assert json.loads((tmp_path / "results.json").read_text())["runs"] == results["runs"]
+
+
+GENERATION_KEYS = {"generated_tokens", "generation_calls", "decode_steps", "cpu_s"}
+
+
+@pytest.mark.slow
+def test_smoke_run_of_the_scratchpad_task_records_tokens_calls_and_cpu_time(tmp_path):
+    """The protocol's primary pair (arms 3 and 10) on the scratchpad task, one seed, 2,048 completions, held-out
+    split cut to 50 problems per class: about a minute. Every record and curve point holds tokens, generation calls,
+    modelled decode steps and CPU seconds."""
+    from ablation_tasks import SCRATCHPAD
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    args = ["--smoke", "--task", "scratchpad", "--arms", "3", "10", "--output", str(tmp_path)]
+    command = [sys.executable, str(ROOT / "benchmarks" / "ablation.py"), *args]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    runs = {r["arm"]: r for r in results["runs"]}
+    budget, limit = results["plan"]["budget"], SCRATCHPAD.completion_tokens
+    assert sorted(runs) == [3, 10] and results["plan"]["held_out_per_class"] == 50
+    for record in runs.values():
+        assert RECORD_KEYS | GENERATION_KEYS <= set(record), (RECORD_KEYS | GENERATION_KEYS) - set(record)
+        assert (
+            record["task"] == "scratchpad" and record["completions_before_last_step"] < budget <= record["completions"]
+        )
+        # every completion is metered once; the meter's calls are the trainer's logged generation rounds
+        assert record["generation_calls"] == record["generation_calls_logged"] >= 1
+        assert record["completions"] < record["generated_tokens"] <= record["completions"] * limit
+        assert record["generation_calls"] <= record["decode_steps"] <= record["generation_calls"] * limit
+        curve = record["curve"]
+        assert curve[0]["generated_tokens"] == curve[0]["generation_calls"] == curve[0]["decode_steps"] == 0
+        assert curve[-1]["generated_tokens"] == record["generated_tokens"]
+        assert curve[-1]["generation_calls"] == record["generation_calls"]
+        for axis in GENERATION_KEYS:
+            assert [p[axis] for p in curve] == sorted(p[axis] for p in curve)
+        for point in curve:
+            by_class = point["accuracy_by_class"]
+            assert list(by_class) == list(SCRATCHPAD.classes)
+            assert point["accuracy"]["sampled"] == pytest.approx(sum(c["sampled"] for c in by_class.values()) / 4)
+    assert runs[3]["generation_calls"] == runs[3]["optimizer_steps"]  # no dynamic sampling: one call per step
+    # pipelined: one call per step in steady state, more where a step screens within itself (the first, the last,
+    # and here, from a smoke warm start that solves almost nothing, many); tests/test_pipeline.py counts them
+    assert runs[10]["generation_calls"] >= runs[10]["optimizer_steps"]
+    assert runs[3]["accuracy_before"] == runs[10]["accuracy_before"]  # one warm start per seed
+    table = (tmp_path / "results.md").read_text()
+    assert "5-digit: after" in table and "200 held-out problems" in table
 
 
 def test_student_t_tails_and_quantiles():
