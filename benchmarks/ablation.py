@@ -438,11 +438,11 @@ def check_task_seed(output: str, seed: int, plan: dict, prompts_per_class: int) 
 
     warm = json.loads((folder / "warm.json").read_text())
     settings = DemoSettings(**{**plan_.demo, "output_dir": str(folder), "seed": seed})
-    rl_rows = task_splits(plan_.task, settings, plan_.held_out_per_class).rl_rows
-    by_class: dict[str, list[dict]] = {}
-    for row in rl_rows:  # the first prompts of each class: as many per class as the RL prompts hold (1,000 each)
-        by_class.setdefault(row["class"], []).append(row)
-    sample = [row for rows in by_class.values() for row in rows[:prompts_per_class]]
+    splits = task_splits(plan_.task, settings, plan_.held_out_per_class)
+    # the first RL prompts of each class, easiest first: as many per class as the RL prompts hold (1,000 each)
+    sample = [
+        row for kind in splits.classes for row in [r for r in splits.rl_rows if r["class"] == kind][:prompts_per_class]
+    ]
     tokenizer, model = build_tokenizer_and_model(settings.model_size, seed)
     load_model(model, str(folder / "model.safetensors"))
     started = time.process_time()

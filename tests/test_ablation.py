@@ -282,6 +282,21 @@ def test_smoke_run_of_the_scratchpad_task_records_tokens_calls_and_cpu_time(tmp_
     table = (tmp_path / "results.md").read_text()
     assert "5-digit: after" in table and "200 held-out problems" in table
 
+    # --check-task: the task at the same warm start (reused, not retrained), GRPO's groups on 10 prompts per class
+    check = subprocess.run(
+        [*command[:2], "--smoke", "--task", "scratchpad", "--check-task", "10", "--output", str(tmp_path)],
+        capture_output=True, text=True, timeout=600, env=env, cwd=ROOT,
+    )  # fmt: skip
+    assert check.returncode == 0, check.stdout[-3000:] + check.stderr[-3000:]
+    seed = json.loads((tmp_path / "task_check.json").read_text())["seeds"]["0"]
+    assert seed["held_out"] == runs[3]["accuracy_before"] and seed["grpo_groups"]["overall"]["groups"] == 40
+    by_class = seed["grpo_groups"]["by_class"]
+    assert list(by_class) == list(SCRATCHPAD.classes) and all(c["groups"] == 10 for c in by_class.values())
+    for shares in [*by_class.values(), seed["grpo_groups"]["overall"]]:
+        assert 0.0 <= shares["pass_rate"] <= 1.0 and 1.0 <= shares["tokens"] <= limit
+        assert shares["zero_variance"] == pytest.approx(shares["all_right"] + shares["all_wrong"])
+    assert "| 5-digit |" in check.stdout
+
 
 def test_student_t_tails_and_quantiles():
     """Against scipy.stats.t (not installed here; its values for these points)."""
