@@ -57,7 +57,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from ablation_tasks import CLASSES, HELD_OUT_PER_CLASS, TASKS  # noqa: E402  (beside this script)
+from ablation_tasks import TASKS, completion_tokens, task_settings  # noqa: E402  (beside this script)
 
 from trl_dapo_ext.cli.demo import DemoSettings  # noqa: E402  (light: the demo imports torch and TRL lazily)
 
@@ -89,6 +89,7 @@ _TOKEN_LOSS = {**_CLIP_HIGHER, "loss_type": "dapo"}  # DAPO Sec. 3.3
 # the loss and counted in the record).
 _DAPO = {**_TOKEN_LOSS, "dynamic_sampling": True, "dynamic_sampling_on_exhausted": "fill"}
 _SCREEN_BUDGET = {"dynamic_sampling_screen_generations": 4, "dynamic_sampling_fixed_budget": True}
+_PIPELINE = {"dynamic_sampling_pipeline": True}
 
 ARMS: dict[int, Arm] = {
     arm.number: arm
@@ -109,11 +110,22 @@ ARMS: dict[int, Arm] = {
         Arm(8, "screening k=4 + refill", {**_DAPO, "dynamic_sampling_screen_generations": 4}),
         # The same within GRPO's per-step budget: GRPO's completions and optimizer steps, more informative groups.
         Arm(9, "screening k=4, GRPO's budget", {**_DAPO, **_SCREEN_BUDGET}),
+        # Arm 9 in one generation call per step (SPEED-RL's pipelining): a step completes the prompts the previous
+        # step's call probed and probes the next step's; the protocol's primary arm (benchmarks/protocol.md).
+        Arm(10, "pipelined screening k=4, GRPO's budget", {**_DAPO, **_SCREEN_BUDGET, **_PIPELINE}),
+        Arm(
+            11,
+            "pipelined screening k=2, GRPO's budget",
+            {**_DAPO, **_SCREEN_BUDGET, **_PIPELINE, "dynamic_sampling_screen_generations": 2},
+        ),
     )
 }
 # The arms of the selection comparison (`--arms selection`): GRPO, GRPO with DAPO's loss (what the selection arms
 # share), and every way of choosing groups.
 SELECTION_ARMS = [1, 3, 4, 6, 7, 8, 9]
+# The arms of benchmarks/protocol.md (`--arms protocol`): the primary pair (3 and 10), then the secondaries.
+PROTOCOL_ARMS = [3, 10, 1, 4, 7, 11, 8]
+ARM_GROUPS = {"selection": SELECTION_ARMS, "protocol": PROTOCOL_ARMS}
 
 # Not arms: DAPO's overlong filtering (`mask_truncated_completions`) and soft overlong punishment
 # (`overlong_buffer_length`) act on completions cut off at the length limit. Here a well-formed completion is at most
@@ -143,6 +155,7 @@ class Plan:
     threads: int = 1
     smoke: bool = False
     task: str = "demo"
+    held_out_per_class: int | None = None  # the scratchpad task's (None: the task's own, 1,000)
 
     @property
     def completions_per_step(self) -> int:
@@ -154,19 +167,20 @@ def default_budget(settings: DemoSettings) -> int:
     return settings.rl_steps * settings.prompts_per_step * settings.num_generations
 
 
-def demo_settings(smoke: bool) -> DemoSettings:
-    """The demo's full settings, on one thread; ``smoke``: a fixed short warm start and 2 samples per problem.
+def demo_settings(smoke: bool, task: str = "demo") -> DemoSettings:
+    """The demo's full settings with ``task``'s changes, on one thread; ``smoke``: a fixed short warm start and 2
+    samples per problem.
 
-    The smoke run keeps the model size and the data split, so it exercises the same pipeline at a fraction of the
-    cost; its accuracies mean nothing.
+    The smoke run keeps the model size and the data split (the scratchpad task's held-out split aside: `SMOKE`), so
+    it exercises the same pipeline at a fraction of the cost; its accuracies mean nothing.
     """
-    settings = DemoSettings(output_dir="", threads=1)
+    settings = DemoSettings(output_dir="", threads=1, **task_settings(task))
     if smoke:
         settings.warm_start_target, settings.sft_steps, settings.eval_samples = None, 150, 2
     return settings
 
 
-SMOKE = dict(arms=[1, 4], seeds=[0], budget=16 * 128, eval_every=512)
+SMOKE = dict(arms=[1, 4], seeds=[0], budget=16 * 128, eval_every=512, scratchpad_held_out_per_class=50)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -206,12 +220,13 @@ def warm_start_seed(output: str, seed: int, plan: dict) -> dict:
     from trl_dapo_ext.cli.demo import build_tokenizer_and_model, warm_start
 
     settings = DemoSettings(**{**plan_.demo, "output_dir": str(folder), "seed": seed})
-    splits = task_splits(plan_.task, settings)
+    splits = task_splits(plan_.task, settings, plan_.held_out_per_class)
     tokenizer, model = build_tokenizer_and_model(settings.model_size, seed)
     started = time.perf_counter()
     sft_steps = warm_start(model, tokenizer, splits.sft_rows, settings)
     seconds = time.perf_counter() - started
-    before = evaluate_by_class(model, tokenizer, splits.held_out, settings.eval_samples, seed, math_reward)
+    tokens = completion_tokens(plan_.task)
+    before = evaluate_by_class(model, tokenizer, splits.held_out, settings.eval_samples, seed, math_reward, tokens)
     save_model(model, str(folder / "model.safetensors"))  # the embedding and the output layer are tied: one tensor
     info = dict(
         seed=seed,
@@ -226,7 +241,32 @@ def warm_start_seed(output: str, seed: int, plan: dict) -> dict:
     return info
 
 
-def _budget_callback(budget: int, eval_every: int, trainer, evaluate_now: Callable[[], dict]):
+class GenerationMeter:
+    """Wraps the verifier and meters what generation cost: the trainer scores each generation call's completions in
+    one call, so per call it counts the completions' tokens (TRL's ``completion_ids``, ``<eos>`` included) and the
+    longest completion's, whose decode a batched call on a GPU waits for (``decode_steps``: the modelled GPU time)."""
+
+    def __init__(self, reward_func: Callable) -> None:
+        self.reward_func = reward_func
+        self.__name__ = getattr(reward_func, "__name__", "reward")  # the reward's metric names stay the verifier's
+        self.calls = self.completions = self.tokens = self.decode_steps = 0
+
+    def __call__(self, completions: list, completion_ids: list[list[int]] | None = None, **kwargs: Any) -> list:
+        if completion_ids is None:
+            raise TypeError("GenerationMeter needs the trainer's completion_ids (TRL passes them to reward functions)")
+        lengths = [len(ids) for ids in completion_ids]
+        self.calls += 1
+        self.completions += len(lengths)
+        self.tokens += sum(lengths)
+        self.decode_steps += max(lengths, default=0)
+        return self.reward_func(completions, completion_ids=completion_ids, **kwargs)
+
+    def counts(self) -> dict[str, int]:
+        """What a curve point records of generation so far."""
+        return dict(generated_tokens=self.tokens, generation_calls=self.calls, decode_steps=self.decode_steps)
+
+
+def _budget_callback(budget: int, eval_every: int, trainer, evaluate_now: Callable[[], dict], meter: GenerationMeter):
     """Evaluates every ``eval_every`` completions and at the end of the budget (the trainer stops there itself:
     ``max_generated_completions``).
 
@@ -260,7 +300,8 @@ def _budget_callback(budget: int, eval_every: int, trainer, evaluate_now: Callab
             self.eval_seconds += time.perf_counter() - started
             self.eval_cpu += time.process_time() - cpu_started
             completions = trainer.generated_completions
-            self.curve.append(dict(completions=completions, steps=steps, wall_s=wall, cpu_s=cpu, **accuracy))
+            point = dict(completions=completions, steps=steps, wall_s=wall, cpu_s=cpu, **meter.counts(), **accuracy)
+            self.curve.append(point)
 
         def on_step_end(self, args, state, control, **kwargs):
             completions = trainer.generated_completions
@@ -292,7 +333,8 @@ def train_arm(output: str, arm: int, seed: int, plan: dict, jobs: int) -> dict:
     per_step = plan_.completions_per_step
     plain_steps = math.ceil(plan_.budget / per_step)  # arm 1's steps: the lr schedule's length
     settings = DemoSettings(**{**plan_.demo, "output_dir": str(folder.parent), "seed": seed, "rl_steps": plain_steps})
-    splits = task_splits(plan_.task, settings)
+    splits = task_splits(plan_.task, settings, plan_.held_out_per_class)
+    tokens = completion_tokens(plan_.task)
     held_out, rl_rows = splits.held_out, splits.rl_rows
     tokenizer, model = build_tokenizer_and_model(settings.model_size, seed)
     load_model(model, str(warm_dir(Path(output), seed) / "model.safetensors"))
@@ -310,15 +352,17 @@ def train_arm(output: str, arm: int, seed: int, plan: dict, jobs: int) -> dict:
         # Refill reaches the budget in fewer steps; screening and the fixed budget can spend less than a plain step
         # (a prompt dropped after its probes costs k completions), so they may take more: this cap never stops a run.
         max_steps=plain_steps * 4,
+        max_completion_length=tokens,
     )
 
     def evaluate_now() -> dict:
         with preserved_rng():  # the training run's random stream stays as if it were never evaluated
-            result = evaluate_by_class(model, tokenizer, held_out, settings.eval_samples, seed, math_reward)
+            result = evaluate_by_class(model, tokenizer, held_out, settings.eval_samples, seed, math_reward, tokens)
         return dict(accuracy=result["overall"], accuracy_by_class=result["by_class"])
 
-    trainer, counter = rl_trainer(model, tokenizer, rl_rows, args, math_reward)
-    budget = _budget_callback(plan_.budget, plan_.eval_every, trainer, evaluate_now)
+    meter = GenerationMeter(math_reward)
+    trainer, counter = rl_trainer(model, tokenizer, rl_rows, args, meter)
+    budget = _budget_callback(plan_.budget, plan_.eval_every, trainer, evaluate_now, meter)
     trainer.add_callback(budget)
     trainer.remove_callback(PrinterCallback)  # a line per step would bury the log
     trainer.train()
@@ -349,6 +393,12 @@ def train_arm(output: str, arm: int, seed: int, plan: dict, jobs: int) -> dict:
         completions_before_last_step=budget.completions_before_last_step,
         completions_logged=total(N.DYNAMIC_SAMPLING_GENERATED_COMPLETIONS),  # the trainer's own count (sampling arms)
         optimizer_steps=trainer.state.global_step,
+        # What the budget bought in the other units: tokens, generation calls (the trainer's logged rounds, 1 per
+        # step without dynamic sampling, must agree with the meter's) and the modelled GPU decode steps.
+        generated_tokens=meter.tokens,
+        generation_calls=meter.calls,
+        generation_calls_logged=total(N.DYNAMIC_SAMPLING_ROUNDS) or len(logs),
+        decode_steps=meter.decode_steps,
         wall_s=training_wall,
         cpu_s=training_cpu,
         eval_s=budget.eval_seconds,
@@ -373,6 +423,44 @@ def train_arm(output: str, arm: int, seed: int, plan: dict, jobs: int) -> dict:
     )
 
 
+def check_task_seed(output: str, seed: int, plan: dict, prompts_per_class: int) -> dict:
+    """The task at ``seed``'s warm start (`benchmarks/protocol.md`, task acceptance): GRPO's groups of G on the first
+    ``prompts_per_class`` RL prompts of each class (`ablation_tasks.warm_start_groups`) and the held-out accuracy per
+    class (``warm.json``'s); written to ``DIR/task_check.json``, one entry per seed."""
+    plan_ = Plan(**plan)
+    folder = warm_dir(Path(output), seed)
+    _worker_setup(folder / "check_log.txt", plan_.threads)
+    from ablation_tasks import task_splits, warm_start_groups
+    from safetensors.torch import load_model
+
+    from reward_funcs import math_reward
+    from trl_dapo_ext.cli.demo import build_tokenizer_and_model
+
+    warm = json.loads((folder / "warm.json").read_text())
+    settings = DemoSettings(**{**plan_.demo, "output_dir": str(folder), "seed": seed})
+    splits = task_splits(plan_.task, settings, plan_.held_out_per_class)
+    # the first RL prompts of each class, easiest first: as many per class as the RL prompts hold (1,000 each)
+    sample = [
+        row for kind in splits.classes for row in [r for r in splits.rl_rows if r["class"] == kind][:prompts_per_class]
+    ]
+    tokenizer, model = build_tokenizer_and_model(settings.model_size, seed)
+    load_model(model, str(folder / "model.safetensors"))
+    started = time.process_time()
+    groups = warm_start_groups(
+        model, tokenizer, sample, settings.num_generations, seed, math_reward, completion_tokens(plan_.task)
+    )
+    return dict(
+        seed=seed,
+        task=plan_.task,
+        sft_steps=warm["sft_steps"],
+        held_out=warm["accuracy_before"],
+        held_out_by_class=warm["accuracy_before_by_class"],
+        grpo_groups=groups,
+        cpu_s=time.process_time() - started,
+        machine=machine(),
+    )
+
+
 def warm_start_point(warm: dict) -> dict:
     """The first point of every run's curve: the seed's warm start, before any RL (``warm.json``'s evaluation)."""
     return dict(
@@ -380,6 +468,9 @@ def warm_start_point(warm: dict) -> dict:
         steps=0,
         wall_s=0.0,
         cpu_s=0.0,
+        generated_tokens=0,
+        generation_calls=0,
+        decode_steps=0,
         accuracy=warm["accuracy_before"],
         accuracy_by_class=warm["accuracy_before_by_class"],
     )
@@ -447,12 +538,10 @@ def load_results(output: Path, plan: Plan) -> dict:
     if not path.exists():
         return dict(plan=asdict(plan), machine=machine(), runs=[])
     results = json.loads(path.read_text())
-    if results["plan"] != asdict(plan):
-        differ = sorted(
-            key
-            for key in set(results["plan"]) | set(asdict(plan))
-            if results["plan"].get(key) != asdict(plan).get(key)
-        )
+    saved, wanted = results["plan"], asdict(plan)
+    # A field files made before it existed lack reads as None, its default: those runs still resume.
+    differ = sorted(key for key in set(saved) | set(wanted) if saved.get(key) != wanted.get(key))
+    if differ:
         raise SystemExit(
             f"{path} holds runs made with other settings ({', '.join(differ)} differ): its runs cannot be compared "
             "with new ones. Use another --output, or the same --budget / --eval-every / --smoke as before."
@@ -521,6 +610,49 @@ def run_all(output: Path, plan: Plan, arms: Sequence[int], seeds: Sequence[int],
         raise
     pool.shutdown()
     return results, failures
+
+
+TASK_CHECK = "task_check.json"
+
+
+def check_task(output: Path, plan: Plan, seeds: Sequence[int], prompts_per_class: int) -> dict:
+    """`check_task_seed` of each seed, its warm start made first where ``DIR/warm`` lacks it (a study in ``DIR``
+    reuses it); ``DIR/task_check.json`` keeps one check per seed. Trains no arm."""
+    output.mkdir(parents=True, exist_ok=True)
+    plan_dict, checks = asdict(plan), {}
+    with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn"), max_tasks_per_child=1) as pool:
+        for seed in seeds:
+            if not _saved_warm_start(output, seed, plan):
+                pool.submit(warm_start_seed, str(output), seed, plan_dict).result()
+            checks[str(seed)] = pool.submit(check_task_seed, str(output), seed, plan_dict, prompts_per_class).result()
+    path = output / TASK_CHECK
+    saved = json.loads(path.read_text()) if path.exists() else {"plan": plan_dict, "seeds": {}}
+    if saved["plan"] != plan_dict:
+        raise SystemExit(f"{path} holds checks of other settings; use another --output")
+    saved["seeds"].update(checks)
+    _write_json(path, saved)
+    return saved
+
+
+def task_check_table(check: dict) -> str:
+    """One seed's `check_task_seed` as a markdown table: per class and overall."""
+    groups, held_out = check["grpo_groups"], check["held_out_by_class"]
+    lines = [
+        f"Seed {check['seed']}, warm start of {check['sft_steps']} steps; GRPO's groups of {groups['group_size']} on "
+        f"{groups['overall']['groups']} RL prompts; held-out accuracy on the task's held-out split.",
+        "",
+        "| class | held-out greedy | held-out sampled | RL pass rate | all-right groups | all-wrong groups "
+        "| zero-variance groups | completion tokens |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    rows = [(kind, held_out[kind], groups["by_class"][kind]) for kind in groups["by_class"]]
+    rows.append(("overall", check["held_out"], groups["overall"]))
+    for kind, acc, g in rows:
+        lines.append(
+            f"| {kind} | {acc['greedy']:.1%} | {acc['sampled']:.1%} | {g['pass_rate']:.1%} | {g['all_right']:.0%} "
+            f"| {g['all_wrong']:.0%} | {g['zero_variance']:.0%} | {g['tokens']:.1f} |"
+        )
+    return "\n".join(lines)
 
 
 def _saved_warm_start(output: Path, seed: int, plan: Plan) -> bool:
@@ -781,7 +913,15 @@ def summary_table(results: dict) -> str:
             f"| {avg('frac_mixed_attempted', '.2f')} | {avg('filled_groups', '.0f')} | {avg('skipped_prompts', '.0f')} "
             f"| {avg('truncated_frac', '.2%')} | {avg('cpu_s', '.0f')} |"
         )
-    lines += ["", NOT_RUN_NOTE, ""]
+    note = (
+        NOT_RUN_NOTE
+        if plan.get("task") != "scratchpad"
+        else NOT_RUN_NOTE.replace(
+            "fits in the 6 allowed tokens (`#### `, up to four digits, `<eos>`)",
+            "is at most 23 of the 24 allowed tokens",
+        )
+    )
+    lines += ["", note, ""]
     return "\n".join(lines)
 
 
@@ -808,7 +948,10 @@ def _corrected_table(runs: list[dict]) -> list[str]:
 
 
 def _held_out_size(plan: dict) -> int:
-    return HELD_OUT_PER_CLASS * len(CLASSES) if plan.get("task") == "mixed" else plan["demo"]["held_out"]
+    from ablation_tasks import task_splits
+
+    settings = DemoSettings(**{**plan["demo"], "output_dir": ""})
+    return len(task_splits(plan.get("task", "demo"), settings, plan.get("held_out_per_class")).held_out)
 
 
 def _class_after(run: dict, kind: str) -> float:
@@ -818,8 +961,9 @@ def _class_after(run: dict, kind: str) -> float:
 def _class_tables(runs: list[dict], arms: list[int], seeds: list[int], by: dict) -> list[str]:
     """Per difficulty class (the mixed task): accuracy after the budget and its difference to arms 1 and 3, paired
     by seed; then the zero-variance share of the groups GRPO (arm 1) generated, over its run."""
-    classes = [c for c in CLASSES if all(c in r["curve"][-1].get("accuracy_by_class", {}) for r in runs)]
-    if not classes:
+    classes = list(runs[0]["curve"][-1].get("accuracy_by_class", {}))  # the task's classes, easiest first
+    classes = [c for c in classes if all(c in r["curve"][-1].get("accuracy_by_class", {}) for r in runs)]
+    if len(classes) < 2:  # the demo task's one class is the overall accuracy
         return []
     lines = [
         "",
@@ -913,6 +1057,7 @@ class Options:
     jobs: int = 1
     smoke: bool = False
     task: str = "demo"
+    check_task: int | None = None
 
 
 def parse(argv: list[str] | None) -> Options:
@@ -923,13 +1068,15 @@ def parse(argv: list[str] | None) -> Options:
         "--arms",
         nargs="+",
         default=None,
-        help=f"arm numbers, or 'selection' for {' '.join(map(str, SELECTION_ARMS))} (default all): {arms}",
+        help=f"arm numbers, 'selection' for {' '.join(map(str, SELECTION_ARMS))} or 'protocol' for "
+        f"{' '.join(map(str, PROTOCOL_ARMS))} (benchmarks/protocol.md) (default all): {arms}",
     )
     parser.add_argument(
         "--task",
         choices=TASKS,
         default="demo",
-        help="demo: the demo's additions; mixed: easy / medium / hard classes, most groups all right or all wrong "
+        help="demo: the demo's additions; mixed: easy / medium / hard classes, most groups all right or all wrong; "
+        "scratchpad: 2- to 5-digit additions with a scratchpad, longer completions for harder problems "
         "(benchmarks/ablation_tasks.py)",
     )
     parser.add_argument("--seeds", type=int, nargs="+", default=None, help="default 0 1 2 3 4")
@@ -951,13 +1098,23 @@ def parse(argv: list[str] | None) -> Options:
         f"{SMOKE['budget']:,}, evaluations every {SMOKE['eval_every']}, a fixed 150-step warm start, 2 samples per "
         "held-out problem (explicit flags win)",
     )
+    parser.add_argument(
+        "--check-task",
+        type=int,
+        nargs="?",
+        const=250,
+        default=None,
+        metavar="PROMPTS",
+        help="train no arm: the task at each seed's warm start (benchmarks/protocol.md, task acceptance): GRPO's "
+        "groups on PROMPTS RL prompts per class (default 250), held-out accuracy per class; DIR/task_check.json",
+    )
     ns = parser.parse_args(argv)
-    options = Options(output=ns.output, jobs=ns.jobs, smoke=ns.smoke, task=ns.task)
+    options = Options(output=ns.output, jobs=ns.jobs, smoke=ns.smoke, task=ns.task, check_task=ns.check_task)
     if ns.arms is not None:
         try:
-            ns.arms = sorted({a for word in ns.arms for a in (SELECTION_ARMS if word == "selection" else [int(word)])})
+            ns.arms = sorted({a for word in ns.arms for a in ARM_GROUPS.get(word, None) or [int(word)]})
         except ValueError:
-            parser.error(f"--arms takes arm numbers ({', '.join(map(str, sorted(ARMS)))}) or 'selection'")
+            parser.error(f"--arms takes arm numbers ({', '.join(map(str, sorted(ARMS)))}), 'selection' or 'protocol'")
         if set(ns.arms) - set(ARMS):
             parser.error(
                 f"no arm {sorted(set(ns.arms) - set(ARMS))}; the arms are {', '.join(map(str, sorted(ARMS)))}"
@@ -1032,6 +1189,22 @@ def merge(output: Path, sources: Sequence[Path]) -> dict:
     return merged
 
 
+def make_plan(options: Options) -> Plan:
+    """What every run of these options shares: the task's demo settings, the budget, the evaluation grid."""
+    settings = demo_settings(options.smoke, options.task)
+    budget = options.budget or default_budget(settings)
+    # 4,000 held-out problems of up to 23 tokens would make the smoke run's evaluations its largest cost
+    smoke_held_out = SMOKE["scratchpad_held_out_per_class"]
+    return Plan(
+        demo={k: v for k, v in asdict(settings).items() if k not in ("output_dir", "seed", "compare")},
+        budget=budget,
+        eval_every=options.eval_every or max(budget // 10, 1),
+        smoke=options.smoke,
+        task=options.task,
+        held_out_per_class=smoke_held_out if options.smoke and options.task == "scratchpad" else None,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
@@ -1043,15 +1216,12 @@ def main(argv: list[str] | None = None) -> int:
         print(summary_table(results))
         return 0
     options = parse(argv)
-    settings = demo_settings(options.smoke)
-    budget = options.budget or default_budget(settings)
-    plan = Plan(
-        demo={k: v for k, v in asdict(settings).items() if k not in ("output_dir", "seed", "compare")},
-        budget=budget,
-        eval_every=options.eval_every or max(budget // 10, 1),
-        smoke=options.smoke,
-        task=options.task,
-    )
+    plan = make_plan(options)
+    if options.check_task is not None:
+        saved = check_task(options.output, plan, options.seeds, options.check_task)
+        for seed in options.seeds:
+            print(task_check_table(saved["seeds"][str(seed)]), end="\n\n")
+        return 0
     started = time.perf_counter()
     try:
         results, failures = run_all(options.output, plan, options.arms, options.seeds, options.jobs)

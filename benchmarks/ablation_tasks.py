@@ -18,6 +18,13 @@ problems) and verifier (`reward_funcs.math_reward`); they differ in the problems
 
   Held-out problems of every class are never trained on. Accuracy is reported per class and overall (the mean of
   the three classes, each 1/3 of the held-out split).
+* ``scratchpad`` (issue 52's task, `benchmarks/protocol.md`): additions of two n-digit numbers, n = 2 to 5 (four
+  classes), whose completions write each column's total before the answer (`scratchpad_completion`), so a
+  completion's length grows with its difficulty and generated tokens differ from generated completions; the
+  verifier grades the final answer after ``####`` only. The warm start (a fixed number of steps on clean
+  scratchpads) sees many 2- and 3-digit problems, fewer 4-digit ones and a few 5-digit ones, so that the hardest
+  class starts at a small nonzero pass rate; 1,000 held-out problems per class and 1,000 RL prompts per class,
+  all distinct (`SCRATCHPAD`).
 
 >>> from trl_dapo_ext.cli.demo import DemoSettings
 >>> splits = task_splits("mixed", DemoSettings(seed=0))
@@ -30,12 +37,12 @@ problems) and verifier (`reward_funcs.math_reward`); they differ in the problems
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from trl_dapo_ext.cli.demo import DemoSettings
 from trl_dapo_ext.cli.demo.data import imperfect_teacher, split_problems
 
-TASKS = ("demo", "mixed")
+TASKS = ("demo", "mixed", "scratchpad")
 CLASSES = ("easy", "medium", "hard")  # the mixed task's difficulty classes
 ALL = "all"  # the demo task's one class
 
@@ -46,6 +53,94 @@ MEDIUM_WARM_START = 1800  # the demo's noisy teacher
 # RL prompts per class: the hard class is the largest, so that at the start at least half of GRPO's groups of 8 are
 # zero-variance (about 50-55% measured after the warm start: hard ~100% all wrong, medium ~35%, easy ~7%).
 RL_PROMPTS = {"easy": 1000, "medium": 1000, "hard": 1400}
+
+
+@dataclass(frozen=True)
+class ScratchpadClass:
+    """One class of the scratchpad task: its warm-start rows and its RL prompts (held-out: the task's per class)."""
+
+    warm_start: int
+    rl_prompts: int
+
+
+@dataclass(frozen=True)
+class ScratchpadTask:
+    """The scratchpad task's shape: classes (by operand digits, easiest first), sizes and the warm start's length."""
+
+    classes: dict[str, ScratchpadClass] = field(
+        default_factory=lambda: {
+            "2-digit": ScratchpadClass(warm_start=2500, rl_prompts=1000),
+            "3-digit": ScratchpadClass(warm_start=2500, rl_prompts=1000),
+            "4-digit": ScratchpadClass(warm_start=800, rl_prompts=1000),
+            # a few hard rows: a small nonzero pass rate (benchmarks/protocol.md, task checks)
+            "5-digit": ScratchpadClass(warm_start=300, rl_prompts=1000),
+        }
+    )
+    held_out_per_class: int = 1000
+    # The longest well-formed completion: 5 columns x 3 tokens, "#### ", 6 answer digits, <eos> = 23 tokens.
+    completion_tokens: int = 24
+    # A fixed warm start: the demo's target check generates 6 tokens and cannot read a scratchpad's answer.
+    sft_steps: int = 600
+
+
+SCRATCHPAD = ScratchpadTask()
+
+
+def completion_tokens(task: str) -> int:
+    """The completion length limit of ``task``: the RL stage's ``max_completion_length`` and the evaluation's."""
+    return SCRATCHPAD.completion_tokens if task == "scratchpad" else 6
+
+
+def task_settings(task: str) -> dict:
+    """The `DemoSettings` changes ``task`` makes (its warm start)."""
+    return dict(warm_start_target=None, sft_steps=SCRATCHPAD.sft_steps) if task == "scratchpad" else {}
+
+
+def scratchpad_completion(a: int, b: int) -> str:
+    """Each column's total (carry in included) as two digits, units first, then the GSM8K-style answer.
+
+    >>> scratchpad_completion(47, 85)
+    '12 13 #### 132'
+    """
+    columns, carry = [], 0
+    for x, y in zip(str(a).zfill(len(str(b)))[::-1], str(b).zfill(len(str(a)))[::-1]):
+        total = int(x) + int(y) + carry
+        columns.append(f"{total:02d}")
+        carry = total // 10
+    return " ".join(columns) + f" #### {a + b}"
+
+
+def _distinct_pairs(digits: int, count: int, rng: random.Random) -> list[tuple[int, int]]:
+    """``count`` distinct pairs of ``digits``-digit numbers in a seeded order."""
+    low, high = 10 ** (digits - 1), 10**digits - 1
+    if count > (high - low + 1) ** 2:
+        raise ValueError(f"{count} distinct pairs of {digits}-digit numbers asked for; there are fewer")
+    seen: dict[tuple[int, int], None] = {}
+    while len(seen) < count:
+        seen.setdefault((rng.randint(low, high), rng.randint(low, high)))
+    return list(seen)
+
+
+def scratchpad_splits(
+    seed: int, held_out_per_class: int | None = None, task: ScratchpadTask = SCRATCHPAD
+) -> TaskSplits:
+    """The scratchpad task of ``seed`` (see the module docstring); ``held_out_per_class`` (default the task's)."""
+    rng = random.Random(seed)
+    n = task.held_out_per_class if held_out_per_class is None else held_out_per_class
+    held_out, sft_rows, rl_rows = [], [], []
+    for kind, sizes in task.classes.items():
+        digits = int(kind.split("-")[0])
+        rows = [
+            {"prompt": f"{a}+{b}=", "answer": str(a + b), "completion": scratchpad_completion(a, b), "class": kind}
+            for a, b in _distinct_pairs(digits, task.held_out_per_class + sizes.warm_start + sizes.rl_prompts, rng)
+        ]
+        start = task.held_out_per_class  # the same warm-start and RL rows whatever the held-out size asked for
+        held_out += rows[:n]
+        sft_rows += rows[start : start + sizes.warm_start]
+        rl_rows += rows[start + sizes.warm_start :]
+    rng.shuffle(sft_rows)
+    rng.shuffle(rl_rows)
+    return TaskSplits(held_out, sft_rows, rl_rows)
 
 
 @dataclass(frozen=True)
@@ -90,26 +185,48 @@ def mixed_splits(seed: int, teacher_noise: float) -> TaskSplits:
     return TaskSplits(held_out, sft_rows, rl_rows)
 
 
-def task_splits(task: str, settings: DemoSettings) -> TaskSplits:
-    """The splits of ``task`` for ``settings.seed``."""
+def task_splits(task: str, settings: DemoSettings, held_out_per_class: int | None = None) -> TaskSplits:
+    """The splits of ``task`` for ``settings.seed`` (``held_out_per_class``: the scratchpad task's, a smaller one for
+    a smoke run)."""
     if task == "demo":
         held_out, sft_rows, rl_rows = split_problems(settings)
         label = lambda rows: [{**row, "class": ALL} for row in rows]  # noqa: E731
         return TaskSplits(label(held_out), label(sft_rows), label(rl_rows))
     if task == "mixed":
         return mixed_splits(settings.seed, settings.teacher_noise)
+    if task == "scratchpad":
+        return scratchpad_splits(settings.seed, held_out_per_class)
     raise ValueError(f"unknown task {task!r}; one of {', '.join(TASKS)}")
 
 
-def evaluate_by_class(model, tokenizer, held_out: list[dict], samples: int, seed: int, verifier) -> dict:
+class LongerCompletions:
+    """``model``, generating up to ``tokens`` new tokens where the demo's evaluation asks for its 6 (the scratchpad
+    task's completions are longer); everything else is the model's."""
+
+    def __init__(self, model, tokens: int) -> None:
+        self._model, self._tokens = model, tokens
+
+    def __getattr__(self, name: str):
+        return getattr(self._model, name)
+
+    def generate(self, **kwargs):
+        return self._model.generate(**{**kwargs, "max_new_tokens": self._tokens})
+
+
+def evaluate_by_class(
+    model, tokenizer, held_out: list[dict], samples: int, seed: int, verifier, completion_tokens: int = 6
+) -> dict:
     """The demo's paired held-out evaluation on each class of ``held_out``, and overall (the mean over classes).
 
     Returns ``{"overall": {...}, "by_class": {class: {...}}}`` with `evaluation.Evaluation`'s fields; for one class
-    ``overall`` is that class's evaluation.
+    ``overall`` is that class's evaluation. ``completion_tokens``: the longest completion generated.
     """
     from dataclasses import asdict
 
     from trl_dapo_ext.cli.demo import evaluate
+
+    if completion_tokens != 6:
+        model = LongerCompletions(model, completion_tokens)
 
     classes = list(dict.fromkeys(row["class"] for row in held_out))
     by_class = {
@@ -124,3 +241,57 @@ def evaluate_by_class(model, tokenizer, held_out: list[dict], samples: int, seed
     }
     overall["k"] = samples
     return {"overall": overall, "by_class": by_class}
+
+
+def class_shares(classes: list[str], rewards: list[float], lengths: list[int], group_size: int) -> dict:
+    """Per class, from groups of ``group_size`` consecutive completions (``classes``: one per group): the pass rate, the
+    shares of all-right and all-wrong groups, and the mean completion length in tokens.
+
+    >>> class_shares(["a", "a", "b", "b"], [1, 1, 0, 1, 0, 0, 0, 0], [3, 3, 3, 3, 5, 5, 5, 7], 2)["b"]
+    {'groups': 2, 'pass_rate': 0.0, 'all_right': 0.0, 'all_wrong': 1.0, 'zero_variance': 1.0, 'tokens': 5.5}
+    """
+    found: dict[str, list[tuple[list[float], list[int]]]] = {}
+    for index, kind in enumerate(classes):
+        span = slice(index * group_size, (index + 1) * group_size)
+        found.setdefault(kind, []).append(([float(r == 1.0) for r in rewards[span]], lengths[span]))
+    shares = {}
+    for kind, groups in found.items():
+        right = [sum(g) for g, _ in groups]
+        all_right = sum(r == group_size for r in right) / len(groups)
+        all_wrong = sum(r == 0 for r in right) / len(groups)
+        shares[kind] = dict(
+            groups=len(groups),
+            pass_rate=sum(right) / (len(groups) * group_size),
+            all_right=all_right,
+            all_wrong=all_wrong,
+            zero_variance=all_right + all_wrong,
+            tokens=sum(sum(n) for _, n in groups) / (len(groups) * group_size),
+        )
+    return shares
+
+
+def warm_start_groups(
+    model, tokenizer, rows: list[dict], group_size: int, seed: int, verifier, completion_tokens: int
+) -> dict:
+    """GRPO's groups on ``rows`` (RL prompts) from ``model`` as it is: `class_shares` of ``group_size`` completions
+    per prompt at temperature 1, and overall (the zero-variance share of a batch drawn from ``rows``)."""
+    import torch
+
+    from trl_dapo_ext.cli.demo import generate, preserved_rng
+
+    with preserved_rng():
+        torch.manual_seed(seed)
+        model.eval()
+        texts = generate(
+            LongerCompletions(model, completion_tokens), tokenizer, [r["prompt"] for r in rows], True, group_size
+        )
+        model.train()
+    rewards = verifier(texts, answer=[r["answer"] for r in rows for _ in range(group_size)])
+    # A completion that stopped early ended with <eos>, which decoding drops; one cut off at the limit did not.
+    lengths = [
+        min(len(tokenizer(text, add_special_tokens=False)["input_ids"]) + 1, completion_tokens) for text in texts
+    ]
+    by_class = class_shares([r["class"] for r in rows], rewards, lengths, group_size)
+    weights = {kind: shares["groups"] / len(rows) for kind, shares in by_class.items()}
+    overall = {key: sum(weights[k] * by_class[k][key] for k in by_class) for key in next(iter(by_class.values()))}
+    return dict(overall={**overall, "groups": len(rows)}, by_class=by_class, group_size=group_size)

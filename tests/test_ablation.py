@@ -38,6 +38,26 @@ def test_arms_are_cumulative_config_changes_as_in_the_dapo_table():
     assert _changed(arms[4], arms[8]) == {"dynamic_sampling_screen_generations"}
     assert _changed(arms[4], arms[9]) == {"dynamic_sampling_screen_generations", "dynamic_sampling_fixed_budget"}
     assert ablation.SELECTION_ARMS == [1, 3, 4, 6, 7, 8, 9]
+    # pipelined screening (one generation call per step): arm 9 pipelined, then with k = 2
+    assert _changed(arms[9], arms[10]) == {"dynamic_sampling_pipeline"} and arms[10]["dynamic_sampling_pipeline"]
+    assert _changed(arms[10], arms[11]) == {"dynamic_sampling_screen_generations"}
+    assert arms[11]["dynamic_sampling_screen_generations"] == 2
+    assert ablation.PROTOCOL_ARMS[:2] == [3, 10] and sorted(ablation.PROTOCOL_ARMS[2:]) == [1, 4, 7, 8, 11]
+    assert ablation.parse(["--output", "x", "--arms", "protocol"]).arms == sorted(ablation.PROTOCOL_ARMS)
+
+
+def test_generation_meter_counts_tokens_calls_and_each_calls_longest_completion():
+    from reward_funcs import math_reward
+
+    seen = []
+    meter = ablation.GenerationMeter(lambda completions, **kwargs: seen.append(kwargs) or [1.0] * len(completions))
+    assert meter(["a", "b"], completion_ids=[[1, 2, 3], [4]], answer=["1", "2"]) == [1.0, 1.0]
+    meter(["c"], completion_ids=[[5, 6]], answer=["3"])
+    assert meter.counts() == dict(generated_tokens=6, generation_calls=2, decode_steps=3 + 2)
+    assert meter.completions == 3 and seen[1] == {"completion_ids": [[5, 6]], "answer": ["3"]}  # passed through
+    with pytest.raises(TypeError, match="completion_ids"):
+        meter(["d"], answer=["4"])
+    assert ablation.GenerationMeter(math_reward).__name__ == "math_reward"  # the reward's metric names unchanged
 
 
 def test_the_mixed_task_is_stratified_and_keeps_held_out_problems_out_of_training():
@@ -62,6 +82,43 @@ def test_the_mixed_task_is_stratified_and_keeps_held_out_problems_out_of_trainin
     assert task_splits("mixed", DemoSettings(seed=3)) == splits  # seeded
     demo = task_splits("demo", DemoSettings(seed=3))
     assert demo.classes == ("all",) and len(demo.held_out) == 500
+
+
+def test_the_scratchpad_task_grows_in_length_with_difficulty_and_keeps_held_out_problems_apart():
+    from ablation_tasks import SCRATCHPAD, scratchpad_completion, task_splits
+
+    from reward_funcs import math_reward
+    from trl_dapo_ext.cli.demo import DemoSettings, build_tokenizer_and_model
+
+    splits = task_splits("scratchpad", DemoSettings(seed=3))
+    classes = tuple(SCRATCHPAD.classes)
+    assert splits.classes == classes == ("2-digit", "3-digit", "4-digit", "5-digit")
+    count = lambda rows, c: sum(r["class"] == c for r in rows)  # noqa: E731
+    assert all(count(splits.held_out, c) == 1000 for c in classes)
+    assert all(count(splits.sft_rows, c) == SCRATCHPAD.classes[c].warm_start for c in classes)
+    assert all(count(splits.rl_rows, c) == SCRATCHPAD.classes[c].rl_prompts for c in classes)
+    assert 0 < SCRATCHPAD.classes["5-digit"].warm_start < SCRATCHPAD.classes["4-digit"].warm_start  # a few hard rows
+    prompts = [{r["prompt"] for r in rows} for rows in (splits.held_out, splits.sft_rows, splits.rl_rows)]
+    assert sum(map(len, prompts)) == len(set().union(*prompts))  # distinct within and across the three splits
+    assert len(task_splits("scratchpad", DemoSettings(seed=3), held_out_per_class=50).held_out) == 200
+    assert task_splits("scratchpad", DemoSettings(seed=3)) == splits  # seeded
+    tokenizer, _ = build_tokenizer_and_model("tiny", 0)
+    lengths = {c: set() for c in classes}
+    for row in splits.held_out + splits.sft_rows + splits.rl_rows:
+        a, b = (int(x) for x in row["prompt"].rstrip("=").split("+"))
+        digits = int(row["class"].split("-")[0])
+        assert len(str(a)) == len(str(b)) == digits and row["answer"] == str(a + b)
+        assert row["completion"] == scratchpad_completion(a, b)
+        tokens = len(tokenizer(row["completion"], add_special_tokens=False)["input_ids"]) + 1  # <eos>
+        assert tokens <= SCRATCHPAD.completion_tokens
+        lengths[row["class"]].add(tokens)
+    # every class's completions are longer than every easier class's: tokens grow with difficulty
+    assert all(max(lengths[easier]) < min(lengths[harder]) for easier, harder in zip(classes, classes[1:]))
+    # the verifier grades the final answer only: a scratchpad with a wrong column but the right sum scores 1
+    assert scratchpad_completion(47, 85) == "12 13 #### 132"
+    assert math_reward(["12 13 #### 132", "99 13 #### 132", "12 13 #### 131", "12 13 132"], answer=["132"] * 4) == [
+        1.0, 1.0, 0.0, 0.0
+    ]  # fmt: skip
 
 
 def test_merging_runs_made_apart(tmp_path):
@@ -177,6 +234,68 @@ def test_smoke_run_gives_equal_budgets_every_record_and_resumes(tmp_path):
     again = _smoke(tmp_path)  # resumable: the finished runs are skipped, nothing is rerun
     assert "0 runs to do, 3 already" in again.stdout
     assert json.loads((tmp_path / "results.json").read_text())["runs"] == results["runs"]
+
+
+GENERATION_KEYS = {"generated_tokens", "generation_calls", "decode_steps", "cpu_s"}
+
+
+@pytest.mark.slow
+def test_smoke_run_of_the_scratchpad_task_records_tokens_calls_and_cpu_time(tmp_path):
+    """The protocol's primary pair (arms 3 and 10) on the scratchpad task, one seed, 2,048 completions, held-out
+    split cut to 50 problems per class: about a minute. Every record and curve point holds tokens, generation calls,
+    modelled decode steps and CPU seconds."""
+    from ablation_tasks import SCRATCHPAD
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    args = ["--smoke", "--task", "scratchpad", "--arms", "3", "10", "--output", str(tmp_path)]
+    command = [sys.executable, str(ROOT / "benchmarks" / "ablation.py"), *args]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    runs = {r["arm"]: r for r in results["runs"]}
+    budget, limit = results["plan"]["budget"], SCRATCHPAD.completion_tokens
+    assert sorted(runs) == [3, 10] and results["plan"]["held_out_per_class"] == 50
+    for record in runs.values():
+        assert RECORD_KEYS | GENERATION_KEYS <= set(record), (RECORD_KEYS | GENERATION_KEYS) - set(record)
+        assert (
+            record["task"] == "scratchpad" and record["completions_before_last_step"] < budget <= record["completions"]
+        )
+        # every completion is metered once; the meter's calls are the trainer's logged generation rounds
+        assert record["generation_calls"] == record["generation_calls_logged"] >= 1
+        assert record["completions"] < record["generated_tokens"] <= record["completions"] * limit
+        assert record["generation_calls"] <= record["decode_steps"] <= record["generation_calls"] * limit
+        curve = record["curve"]
+        assert curve[0]["generated_tokens"] == curve[0]["generation_calls"] == curve[0]["decode_steps"] == 0
+        assert curve[-1]["generated_tokens"] == record["generated_tokens"]
+        assert curve[-1]["generation_calls"] == record["generation_calls"]
+        for axis in GENERATION_KEYS:
+            assert [p[axis] for p in curve] == sorted(p[axis] for p in curve)
+        for point in curve:
+            by_class = point["accuracy_by_class"]
+            assert list(by_class) == list(SCRATCHPAD.classes)
+            assert point["accuracy"]["sampled"] == pytest.approx(sum(c["sampled"] for c in by_class.values()) / 4)
+    assert runs[3]["generation_calls"] == runs[3]["optimizer_steps"]  # no dynamic sampling: one call per step
+    # pipelined: one call per step in steady state, more where a step screens within itself (the first, the last,
+    # and here, from a smoke warm start that solves almost nothing, many); tests/test_pipeline.py counts them
+    assert runs[10]["generation_calls"] >= runs[10]["optimizer_steps"]
+    assert runs[3]["accuracy_before"] == runs[10]["accuracy_before"]  # one warm start per seed
+    table = (tmp_path / "results.md").read_text()
+    assert "5-digit: after" in table and "200 held-out problems" in table
+
+    # --check-task: the task at the same warm start (reused, not retrained), GRPO's groups on 10 prompts per class
+    check = subprocess.run(
+        [*command[:2], "--smoke", "--task", "scratchpad", "--check-task", "10", "--output", str(tmp_path)],
+        capture_output=True, text=True, timeout=600, env=env, cwd=ROOT,
+    )  # fmt: skip
+    assert check.returncode == 0, check.stdout[-3000:] + check.stderr[-3000:]
+    seed = json.loads((tmp_path / "task_check.json").read_text())["seeds"]["0"]
+    assert seed["held_out"] == runs[3]["accuracy_before"] and seed["grpo_groups"]["overall"]["groups"] == 40
+    by_class = seed["grpo_groups"]["by_class"]
+    assert list(by_class) == list(SCRATCHPAD.classes) and all(c["groups"] == 10 for c in by_class.values())
+    for shares in [*by_class.values(), seed["grpo_groups"]["overall"]]:
+        assert 0.0 <= shares["pass_rate"] <= 1.0 and 1.0 <= shares["tokens"] <= limit
+        assert shares["zero_variance"] == pytest.approx(shares["all_right"] + shares["all_wrong"])
+    assert "| 5-digit |" in check.stdout
 
 
 def test_student_t_tails_and_quantiles():
