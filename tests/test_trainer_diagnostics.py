@@ -89,7 +89,7 @@ def test_report_from_a_real_dynamic_sampling_run(make_model, tokenizer, tmp_path
     for title in (
         "Reward and accuracy",
         "Zero-variance split",
-        "Dynamic sampling: retention and rounds",
+        "Dynamic sampling: retention and generation calls",
         "Dynamic sampling: groups per step",
     ):
         assert title in report.panels
