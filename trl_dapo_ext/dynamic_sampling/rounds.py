@@ -81,7 +81,7 @@ def build_dynamic_sampler(trainer: Any) -> DynamicSampler:
             "and indexing); an IterableDataset or no dataset is not supported. Convert it with "
             "datasets.Dataset.from_generator / from_list, or set dynamic_sampling=False."
         )
-    if getattr(args, "dynamic_sampling_pipeline", False) and trainer.accelerator.num_processes > 1:
+    if args.dynamic_sampling_pipeline and trainer.accelerator.num_processes > 1:
         raise ValueError(
             f"dynamic_sampling_pipeline=True runs on one process so far, and this run has "
             f"{trainer.accelerator.num_processes}: launch one process, or drop dynamic_sampling_pipeline "

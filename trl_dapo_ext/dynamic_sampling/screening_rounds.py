@@ -90,7 +90,7 @@ class ScreeningCollector(BatchCollector):
         self.stranded = 0  # prompts probed in the step's last round (every process): nothing could complete them
         # Pipelined screening (`carry`): the probes the previous step's call made are completed in round 1; a step
         # with a next step ends with a carry round, whose probes that step completes.
-        self.pipeline = bool(getattr(args, "dynamic_sampling_pipeline", False))
+        self.pipeline = args.dynamic_sampling_pipeline
         self.next_step = self.pipeline and trainer.state.global_step + 1 < trainer.state.max_steps
         if self.next_step and args.max_generated_completions is not None:
             # The run stops at the step end where the charged completions reach the budget: a step whose plain
@@ -99,7 +99,8 @@ class ScreeningCollector(BatchCollector):
             self.next_step = charged + plain_step_completions(args) < args.max_generated_completions
         self.carry_dropped = 0  # probes worth completing that the next step cannot take (every process)
         self.carried_out = 0  # probes handed to the next step (every process)
-        carried, carried_logs = self._take_carried(trainer) if self.pipeline else ([], None)
+        target = len(inputs) // trainer.num_generations  # BatchCollector's target, set once __init__ runs
+        carried, carried_logs = self._take_carried(trainer, target) if self.pipeline else ([], None)
         self.pending = carried
         self.carry_round = (1 if carried else 2) if self.next_step else None
         self.carrying = False  # the current round is the carry round
@@ -220,9 +221,9 @@ class ScreeningCollector(BatchCollector):
 
     # ------------------------------------------------------------------------------------------------ the carry
 
-    def _take_carried(self, trainer: Any) -> tuple[list[Probe], dict[str, Any] | None]:
+    def _take_carried(self, trainer: Any, target: int) -> tuple[list[Probe], dict[str, Any] | None]:
         """The probes the previous step handed on (`carry`), as pending prompts of round 1, at most the batch's
-        groups; probes from another step than the previous one (more than one step stale) are dropped."""
+        ``target`` groups; probes from another step than the previous one (more than one step stale) are dropped."""
         carried: CarriedRound | None = trainer.dynamic_sampling.carried
         trainer.dynamic_sampling.carried = None
         self.stale_dropped: list[Probe] = []
@@ -234,14 +235,9 @@ class ScreeningCollector(BatchCollector):
             for i, fields in enumerate(carried.probes)
         ]
         fresh = carried.step == trainer.state.global_step - 1
-        keep = probes[: self.target_groups(trainer)] if fresh else []
+        keep = probes[:target] if fresh else []
         self.stale_dropped = probes[len(keep) :]
         return keep, carried.logs
-
-    @staticmethod
-    def target_groups(trainer: Any) -> int:
-        args = trainer.args
-        return args.per_device_train_batch_size * args.steps_per_generation // trainer.num_generations
 
     def _hand_on(self) -> None:
         """After the carry round: its pending prompts (at most the next batch's groups, mixed ones first) go to the
