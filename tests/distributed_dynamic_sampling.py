@@ -8,7 +8,8 @@ losses of every update batch, the engine in use and a digest of the parameters a
 with a LoRA adapter. ``resume``: a run with the default planner and history skipping, checkpointed at step 2, then
 resumed from that checkpoint; the refill draws, counters and steering state of both after the checkpoint.
 ``diverge``: rank 1's planner decisions made to differ from rank 0's; the rounds both ranks ran. ``budget``: a run
-bounded by ``max_generated_completions``; the count at every step end and the logged counts and lrs.
+bounded by ``max_generated_completions``; the count at every step end and the logged counts and lrs. ``rounds``:
+each step's rounds and the logs. ``pipeline``: each step's generation calls, the logs and the completions table.
 CONFIG_JSON: config keywords for every trainer (e.g. ``{"use_cpu": false, "ddp_backend": "gloo"}`` for DeepSpeed).
 Each process writes ``{mode: report}`` to OUTPUT_DIR/rank{N}.json.
 """
@@ -280,10 +281,57 @@ def rounds(output_dir: str, **config) -> dict:
     return {"rank": trainer.accelerator.process_index, "rounds_per_step": per_step, "logs": ds_logs(trainer)}
 
 
+def pipeline(output_dir: str, **config) -> dict:
+    """Pipelined screening (config sets it): each step's generation calls (rows and prompts on this rank), the logs,
+    the completions table of the last step (every rank's rows) and the prompts of this rank's last update batch."""
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_causal_lm(tokenizer, hidden_size=32, num_layers=1, seed=2)
+    trainer = tiny_trainer(
+        model,
+        KindReward(),
+        kinds_dataset(["varying", "right", "varying", "wrong"], repeat=12),
+        tokenizer,
+        output_dir,
+        dynamic_sampling=True,
+        log_completions=True,
+        **config,
+    )
+    recorder = BatchRecorder(trainer)
+    calls: list[dict] = []
+    scored_round = trainer._scored_round
+
+    def recorded(rows, need_rewards=True):
+        calls.append({"step": trainer.state.global_step, "rows": len(rows), "prompts": [r["prompt"] for r in rows]})
+        return scored_round(rows, need_rewards)
+
+    trainer._scored_round = recorded
+    initial_digest = parameter_digest(trainer)
+    trainer.train()
+    return {
+        "rank": trainer.accelerator.process_index,
+        "engine": engine(trainer),
+        "calls": calls,
+        "logs": ds_logs(trainer),
+        "table_prompts": list(trainer._logs["prompt"]),
+        "batch_prompts": tokenizer.batch_decode(recorder.batches[-1]["prompt_ids"], skip_special_tokens=True),
+        "initial_digest": initial_digest,
+        "parameter_digest": parameter_digest(trainer),
+        "global_step": trainer.state.global_step,
+    }
+
+
 def main(output_dir: str, modes: str = "agree", config: str = "{}") -> None:
     trl115_cpu_shim.install_if_needed()
     torch.set_num_threads(1)
-    runs = {"agree": agree, "lora": lora, "resume": resume, "diverge": diverge, "budget": budget, "rounds": rounds}
+    runs = {
+        "agree": agree,
+        "lora": lora,
+        "resume": resume,
+        "diverge": diverge,
+        "budget": budget,
+        "rounds": rounds,
+        "pipeline": pipeline,
+    }
     report = {mode: runs[mode](os.path.join(output_dir, mode), **json.loads(config)) for mode in modes.split(",")}
     rank = next(iter(report.values()))["rank"]
     with open(os.path.join(output_dir, f"rank{rank}.json"), "w") as handle:

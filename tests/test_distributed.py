@@ -11,6 +11,7 @@ from itertools import accumulate
 
 import pytest
 from test_dynamic_sampling import G, realised_cost
+from test_pipeline import assert_pipelined_funnel
 
 from trl_dapo_ext.metric_names import N
 
@@ -157,13 +158,13 @@ def test_two_processes_resume_exactly(tmp_path):
     assert_exact_resume([report["resume"] for report in run_on_two_processes(tmp_path, "resume")])
 
 
-def assert_exact_resume(reports: list[dict]) -> None:
+def assert_exact_resume(reports: list[dict], skipping: bool = True) -> None:
     """Both ranks saved their refill state and resumed it: the same draws, counters and steering state as the run
-    that did not stop, and the same state on both ranks."""
+    that did not stop, and the same state on both ranks. ``skipping``: history skipping passed over prompts."""
     files = reports[0]["checkpoint_files"]
     assert {"rng_state_0.pth", "rng_state_1.pth", "dapo_refill_state_0.json", "dapo_refill_state_1.json"} <= set(files)
     for report in reports:
-        assert report["skipped"] > 0
+        assert report["skipped"] > 0 or not skipping
         assert report["resumed_takes"] == report["full_takes"] != []
         assert report["resumed_logs"] == report["full_logs"] != []
         assert report["resumed_state"] == report["full_state"]
@@ -180,3 +181,60 @@ def test_two_processes_share_the_generation_budget(tmp_path):
     counts = reports[0]["counts"]
     assert counts == list(accumulate(reports[0]["logged"]))
     assert counts[-1] >= 100 > counts[-2] and len(counts) == reports[0]["global_step"]
+
+
+PIPELINE = {
+    **SCREENING,
+    "dynamic_sampling_fixed_budget": True,
+    "dynamic_sampling_pipeline": True,
+    "max_steps": 6,
+}
+
+
+def test_two_processes_pipeline_screening(tmp_path):
+    """Pipelined screening on 2 processes: one generation call per step after the first, as many rows on both ranks
+    in every call (TRL's collectives), each rank its own prompts, the carried probes completed by the next step."""
+    assert_pipelined_run(
+        [report["pipeline"] for report in run_on_two_processes(tmp_path, "pipeline", config=PIPELINE)]
+    )
+
+
+def assert_pipelined_run(reports: list[dict]) -> None:
+    steps = [report["global_step"] for report in reports]
+    assert steps == [6, 6]
+    calls = [calls_per_step(report["calls"]) for report in reports]
+    assert sorted(calls[0]) == sorted(calls[1]) == list(range(6))
+    for step in range(6):
+        assert [call["rows"] for call in calls[0][step]] == [call["rows"] for call in calls[1][step]]
+        for rank_calls in (calls[0][step], calls[1][step]):
+            assert sum(call["rows"] for call in rank_calls) <= 8  # the fixed budget: a plain step's rows per rank
+        prompts = [{p for call in rank_calls[step] for p in call["prompts"]} for rank_calls in calls]
+        assert not prompts[0] & prompts[1]  # each rank probes and completes its own prompts
+    assert [len(calls[0][step]) for step in range(1, 5)] == [1, 1, 1, 1]
+    logs = reports[0]["logs"]
+    shared = ("dynamic_sampling/", "reward", "rewards/", "completions/", "frac_reward_zero_std")
+    for log_0, log_1 in zip(logs, reports[1]["logs"], strict=True):
+        assert {k: v for k, v in log_0.items() if k.startswith(shared)} == {
+            k: v for k, v in log_1.items() if k.startswith(shared)
+        }
+    assert_pipelined_funnel(logs)
+    assert all(log[N.DYNAMIC_SAMPLING_CARRIED_PROBES] > 0 for log in logs[:-1])
+    assert all(log[N.DYNAMIC_SAMPLING_STALE_ROW_SHARE] > 0 for log in logs[1:])
+    # The completions table of the last step: every rank's trained rows, rank 0's first, carried rows among them.
+    assert reports[0]["table_prompts"] == reports[0]["batch_prompts"] + reports[1]["batch_prompts"]
+    assert reports[0]["parameter_digest"] == reports[1]["parameter_digest"] != reports[0]["initial_digest"]
+
+
+def calls_per_step(calls: list[dict]) -> dict[int, list[dict]]:
+    steps: dict[int, list[dict]] = {}
+    for call in calls:
+        steps.setdefault(call["step"], []).append(call)
+    return steps
+
+
+def test_two_processes_resume_pipelined_screening_exactly(tmp_path):
+    """Each rank checkpoints the probes it carries (its own file) and the resumed run completes the same ones."""
+    config = {key: value for key, value in PIPELINE.items() if key != "max_steps"}
+    reports = [report["resume"] for report in run_on_two_processes(tmp_path, "resume", config=config)]
+    assert {"dapo_carried_probes_0.pt", "dapo_carried_probes_1.pt"} <= set(reports[0]["checkpoint_files"])
+    assert_exact_resume(reports, skipping=False)  # screening probes the batch's own prompts: none to skip here

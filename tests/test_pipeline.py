@@ -68,14 +68,20 @@ def test_a_step_makes_one_call_that_completes_the_last_calls_probes(make_model, 
         assert carried > 0 and set(completed) <= set(previous_probes[::K])
         assert logs[step][N.DYNAMIC_SAMPLING_ROUNDS] == 1
         assert logs[step][N.DYNAMIC_SAMPLING_COMPLETED_PROMPTS] == carried
-    assert logs[-1][N.DYNAMIC_SAMPLING_CARRIED_PROBES] == 0  # the last step probes nothing for a step to come
-    carried_in = 0  # the funnel across steps: every screened prompt is completed, dropped or carried on
+    assert_pipelined_funnel(logs)
+    assert sum(h[N.DYNAMIC_SAMPLING_CARRY_DROPPED_PROBES] for h in logs) == 0
+
+
+def assert_pipelined_funnel(logs: list[dict]) -> None:
+    """Across steps every screened prompt is completed, dropped or carried on, and the last step carries nothing
+    (it probes nothing for a step to come)."""
+    assert logs[-1][N.DYNAMIC_SAMPLING_CARRIED_PROBES] == 0
+    carried_in = 0
     for h in logs:
         screened, completed = h[N.DYNAMIC_SAMPLING_SCREENED_PROMPTS], h[N.DYNAMIC_SAMPLING_COMPLETED_PROMPTS]
         carried_out = h[N.DYNAMIC_SAMPLING_CARRIED_PROBES]
         assert screened == completed - carried_in + h[N.DYNAMIC_SAMPLING_DROPPED_PROMPTS] + carried_out
         carried_in = carried_out
-    assert sum(h[N.DYNAMIC_SAMPLING_CARRY_DROPPED_PROBES] for h in logs) == 0
 
 
 def independent_logps(model, state: dict, batch: dict) -> torch.Tensor:

@@ -41,7 +41,8 @@ def steering_state(trainer) -> dict:
 
 def untimed(state: dict) -> dict:
     """The state without the planner's measured round times (they differ run to run)."""
-    return {**state, "planner": {k: v for k, v in state["planner"].items() if k != "cost_model"}}
+    planner = state["planner"]  # None with screening, which sizes its rounds without the refill planner
+    return {**state, "planner": planner and {k: v for k, v in planner.items() if k != "cost_model"}}
 
 
 def after_checkpoint(trainer, step: int = 2) -> list[dict]:

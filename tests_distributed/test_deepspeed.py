@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 from test_distributed import (
+    PIPELINE,
     SCREENING,
     assert_exact_resume,
+    assert_pipelined_run,
     assert_ranks_agree,
     assert_screening_run,
     launch_two_processes,
@@ -86,6 +88,20 @@ def test_zero2_screening(tmp_path_factory):
     reports = [r["agree"] for r in zero2]
     assert_deepspeed_run(reports, [r["agree"] for r in ddp], stage=2)
     assert_screening_run(reports)
+
+
+def test_zero2_pipelined_screening(tmp_path_factory):
+    """Pipelined screening under ZeRO-2: one call per step, equal calls on both ranks, the carried probes' own
+    checkpoint files, and the same trained parameters as under DDP."""
+    zero2 = run_on_two_processes(tmp_path_factory.mktemp("zero2-pipeline"), "pipeline", ZERO2, {**ON_CPU, **PIPELINE})
+    ddp = run_on_two_processes(tmp_path_factory.mktemp("ddp-pipeline"), "pipeline", config=PIPELINE)
+    reports = [r["pipeline"] for r in zero2]
+    assert [r["engine"]["wrapper"] for r in reports] == ["DeepSpeedEngine"] * 2
+    assert_pipelined_run(reports)
+    early = [
+        [call["prompts"] for call in r["pipeline"]["calls"] if call["step"] < FIRST_STEPS] for r in (*zero2, *ddp)
+    ]
+    assert early[0] == early[2] and early[1] == early[3]  # each rank called as under DDP
 
 
 def test_zero2_checkpoint_and_resume(zero2):

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from accelerate.utils import gather_object
 
 from .assembly import RoundRows, ScoredRound, concat_rows
 
@@ -36,7 +37,7 @@ class CarriedRound:
 
     @property
     def probe_size(self) -> int:
-        return self.rows.local_count // max(len(self.probes), 1)
+        return len(self.rows.scored.completion_ids) // max(len(self.probes), 1)
 
     def state_dict(self) -> dict[str, Any]:
         """Tensors, lists and plain values only (``torch.load(weights_only=True)`` reads it back)."""
@@ -67,9 +68,12 @@ def carried_rows(output, rewards, completion_ids, lengths, truncated) -> RoundRo
     return RoundRows(output, scored, rewards, CARRIED_ROUND, local_count=len(completion_ids))
 
 
-def carry_round(probes: list[Any], step: int, pad_token_id: int, round_logs: dict[int, dict] | None) -> CarriedRound:
+def carry_round(
+    probes: list[Any], step: int, pad_token_id: int, round_logs: dict[int, dict] | None, process_index: int = 0
+) -> CarriedRound:
     """The `CarriedRound` of ``probes`` (`screening_rounds.Probe`, each with its own round's rows) made in step
-    ``step``; ``round_logs``: the step's completions-table buffers per round (None: not logged)."""
+    ``step`` on process ``process_index``; ``round_logs``: the step's completions-table buffers per round, every
+    process's rows (None: not logged)."""
     parts = [probe.part() for probe in probes]
     output = concat_rows([part.batch for part in parts], pad_token_id=pad_token_id)
     rows = carried_rows(
@@ -80,20 +84,40 @@ def carry_round(probes: list[Any], step: int, pad_token_id: int, round_logs: dic
         torch.cat([part.truncated for part in parts]),
     )
     metadata = [{name: getattr(probe, name) for name in PROBE_FIELDS} for probe in probes]
-    logs = None if round_logs is None else _carried_logs([o for part in parts for o in part.origin], round_logs)
+    origins = [origin for part in parts for origin in part.origin]
+    logs = None if round_logs is None else _carried_logs(origins, round_logs, process_index)
     return CarriedRound(step=step, rows=rows, probes=metadata, logs=logs)
 
 
-def _carried_logs(origins: list[tuple[int, int, int]], round_logs: dict[int, dict]) -> dict[str, Any]:
-    """The completions-table entries of the carried rows (one process: a round's row ``i`` is its entry ``i``)."""
+def _carried_logs(origins: list[tuple[int, int, int]], round_logs: dict[int, dict], process_index: int) -> dict:
+    """This process's carried rows' completions-table entries, in row order (a round's buffers hold every
+    process's rows: process ``p``'s row ``i`` of a round of ``n`` rows per process is entry ``p * n + i``)."""
     logs: dict[str, Any] = {"prompt": [], "completion": [], "extra": {}}
-    for row, (round_index, _, local_row) in enumerate(origins):
-        source = round_logs[round_index]
-        logs["prompt"].append(source["prompt"][local_row])
-        logs["completion"].append(source["completion"][local_row])
+    for row, (round_index, local_count, local_row) in enumerate(origins):
+        source, index = round_logs[round_index], process_index * local_count + local_row
+        logs["prompt"].append(source["prompt"][index])
+        logs["completion"].append(source["completion"][index])
         for column, values in source["extra"].items():
             logs["extra"].setdefault(column, [None] * row)
-            logs["extra"][column].append(values[local_row] if local_row < len(values) else None)
+            logs["extra"][column].append(values[index] if index < len(values) else None)
         for values in logs["extra"].values():
             values.extend([None] * (row + 1 - len(values)))
     return logs
+
+
+def shared_logs(local_logs: dict[str, Any] | None) -> tuple[dict[str, Any], int]:
+    """Every process's carried completions-table entries as one round's buffers, and the round's rows per process
+    (the longest process's; shorter ones padded with None): process ``p``'s carried row ``i`` is entry
+    ``p * stride + i``, where `assembly.rebuild_completion_logs` looks for it. Call it on every process."""
+    parts = [part or {"prompt": [], "completion": [], "extra": {}} for part in gather_object([local_logs])]
+    stride = max(len(part["prompt"]) for part in parts)
+    columns = sorted({column for part in parts for column in part["extra"]})
+    logs: dict[str, Any] = {"prompt": [], "completion": [], "extra": {column: [] for column in columns}}
+    for part in parts:
+        count = len(part["prompt"])
+        padding = [None] * (stride - count)
+        logs["prompt"] += part["prompt"] + padding
+        logs["completion"] += part["completion"] + padding
+        for column in columns:
+            logs["extra"][column] += part["extra"].get(column, [None] * count) + padding
+    return logs, stride

@@ -81,12 +81,6 @@ def build_dynamic_sampler(trainer: Any) -> DynamicSampler:
             "and indexing); an IterableDataset or no dataset is not supported. Convert it with "
             "datasets.Dataset.from_generator / from_list, or set dynamic_sampling=False."
         )
-    if args.dynamic_sampling_pipeline and trainer.accelerator.num_processes > 1:
-        raise ValueError(
-            f"dynamic_sampling_pipeline=True runs on one process so far, and this run has "
-            f"{trainer.accelerator.num_processes}: launch one process, or drop dynamic_sampling_pipeline "
-            "(screening then completes its probes within each step, on any number of processes)."
-        )
     groups_per_batch = (
         args.per_device_train_batch_size * args.steps_per_generation // trainer.num_generations
     ) * trainer.accelerator.num_processes
@@ -107,6 +101,11 @@ def build_dynamic_sampler(trainer: Any) -> DynamicSampler:
         num_processes=trainer.accelerator.num_processes,
         process_index=trainer.accelerator.process_index,
     )
+
+
+def gather_ints(accelerator: Any, values: list[int]) -> list[int]:
+    """Every process's ``values``, concatenated in process order (the same list on every process)."""
+    return accelerator.gather(torch.tensor(values, device=accelerator.device)).cpu().tolist()
 
 
 def filter_reward_indices(selection: list[str] | None, names: list[str], task_indices: list[int]) -> list[int]:
@@ -211,8 +210,7 @@ class BatchCollector:
         return [int(value) for value in broadcast(encoded, from_process=0).tolist()]
 
     def _gathered(self, values: list[int]) -> list[int]:
-        accelerator = self.trainer.accelerator
-        return accelerator.gather(torch.tensor(values, device=accelerator.device)).cpu().tolist()
+        return gather_ints(self.trainer.accelerator, values)
 
     def _refill(
         self, groups: int, round_index: int, rows: list | None = None, indices: list | None = None

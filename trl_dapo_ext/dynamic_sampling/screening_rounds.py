@@ -34,10 +34,10 @@ from ..core.groups import GroupOutcome
 from ..generation_budget import plain_step_completions
 from ..metric_names import N
 from .assembly import RoundRows, SelectedGroups
-from .carry import CARRIED_ROUND, CarriedRound, carry_round
+from .carry import CARRIED_ROUND, CarriedRound, carry_round, shared_logs
 from .counts import GroupCounts, added
 from .history import UNSEEN
-from .rounds import PROMPT_INDEX_COLUMN, BatchCollector, _empty_like, repeat_rows
+from .rounds import PROMPT_INDEX_COLUMN, BatchCollector, _empty_like, gather_ints, repeat_rows
 from .screen_plan import screening_round, wanted_probes
 from .screening import AGREE_HIGH, AGREE_LOW, stream_rate, worth_completing
 
@@ -102,7 +102,9 @@ class ScreeningCollector(BatchCollector):
         target = len(inputs) // trainer.num_generations  # BatchCollector's target, set once __init__ runs
         carried, carried_logs = self._take_carried(trainer, target) if self.pipeline else ([], None)
         self.pending = carried
-        self.carry_round = (1 if carried else 2) if self.next_step else None
+        # Every process makes the same calls: the step completes carried probes in round 1 if any process has some.
+        anything_carried = self.pipeline and max(gather_ints(trainer.accelerator, [len(carried)])) > 0
+        self.carry_round = (1 if anything_carried else 2) if self.next_step else None
         self.carrying = False  # the current round is the carry round
         super().__init__(trainer, inputs)
         if carried_logs is not None and trainer.log_completions:
@@ -164,22 +166,27 @@ class ScreeningCollector(BatchCollector):
             if not self.first_probes:  # too small a budget to split: the step's one call is the carry round
                 self.carry_round = 1
         if self.carry_round == 1:
-            self.first_probes = self._carry_probes(used_units=0)
+            self.first_probes = self._carry_probes(used_units=0)[index]
         elif self.carry_round is None:
-            pending = [len(self.pending)] * processes
-            expected = [sum(probe.chance for probe in self.pending)] * processes
+            expected = round(sum(probe.chance for probe in self.pending) * _MILLI)
+            pending, expected = self._gathered_columns(len(self.pending), expected)
+            expected = [e / _MILLI for e in expected]
             counts = self._plan(0, [0] * processes, pending, used_units=0, expected=expected)
             self.first_probes = (counts or [self.target] * processes)[index]
         return max(self.first_probes - self.target, 0)
 
-    def _carry_probes(self, used_units: int) -> int:
-        """New probes of a carry round: what the budget leaves after the pending completions, at most as many as
-        the next step's batch wants (its groups at the estimated mixed share, ``max_oversample`` times them at
-        most). Their completions are the next step's, under its own budget."""
-        budget = self._budget_units() - used_units - len(self.pending) * self.units_to_complete
+    def _carry_probes(self, used_units: int) -> list[int]:
+        """New probes per process of a carry round: what the budget leaves after the pending completions, at most
+        as many as the next step's batch wants (its groups at the estimated mixed share, ``max_oversample`` times
+        them at most). Their completions are the next step's, under its own budget. Every process's call is as
+        large (TRL's collectives): its own completions first, then probes, so a process with fewer completions
+        probes more; every process computes the same sizes from gathered counts."""
+        completions = [count * self.units_to_complete for count in self._gathered([len(self.pending)])]
         wanted = wanted_probes(self.target, self.sampler.mixed_rate())
-        cap = int(self.trainer.args.dynamic_sampling_max_oversample * self.target)
-        return max(min(budget, wanted, cap), 0)
+        wanted = min(wanted, int(self.trainer.args.dynamic_sampling_max_oversample * self.target))
+        room = self._budget_units() - used_units  # the same on every process: its rounds were as large
+        units = max(min(max(completions) + wanted, room), max(completions))
+        return [units - done for done in completions]
 
     # ------------------------------------------------------------------------------------------------ rounds
 
@@ -200,14 +207,18 @@ class ScreeningCollector(BatchCollector):
             kept, pending, expected = self._gathered_columns(self._kept_groups(), len(self.pending), expected)
             counts = self._plan(round_index, kept, pending, used_units, [e / _MILLI for e in expected])
             if round_index + 1 == self.carry_round:
-                counts = [self._carry_probes(used_units)]
-                if not counts[0] and not self.pending:
+                counts = self._carry_probes(used_units)
+                if not any(counts) and not any(pending):
                     counts = None
             if counts is None:
                 break
             round_index += 1
-            taken, unprobed = (unprobed[: counts[0]], unprobed[counts[0] :]) if self.carry_round else ([], [])
-            indices = self.sampler.draw_each([counts[0] - len(taken), *counts[1:]], round_index)
+            taken = []
+            if self.carry_round:  # the batch's own prompts not yet probed go first, then refill prompts
+                own_count = counts[self.trainer.accelerator.process_index]
+                taken, unprobed = unprobed[:own_count], unprobed[own_count:]
+                counts = [count - own for count, own in zip(counts, self._gathered([len(taken)]))]
+            indices = self.sampler.draw_each(counts, round_index)
             new = taken + [(self._dataset_row(index), index) for index in indices]
         if self.carrying:
             self._hand_on()
@@ -227,8 +238,13 @@ class ScreeningCollector(BatchCollector):
         carried: CarriedRound | None = trainer.dynamic_sampling.carried
         trainer.dynamic_sampling.carried = None
         self.stale_dropped: list[Probe] = []
+        logs = None
+        if trainer.log_completions:  # every process's carried entries, in one buffer (gathered on every process)
+            logs, stride = shared_logs(carried.logs if carried is not None else None)
+            if carried is not None:
+                carried.rows.local_count = stride
         if carried is None:
-            return [], None
+            return [], logs
         k = carried.probe_size
         probes = [
             Probe(round_rows=carried.rows, rows=torch.arange(i * k, (i + 1) * k), **fields)
@@ -237,7 +253,7 @@ class ScreeningCollector(BatchCollector):
         fresh = carried.step == trainer.state.global_step - 1
         keep = probes[:target] if fresh else []
         self.stale_dropped = probes[len(keep) :]
-        return keep, carried.logs
+        return keep, logs
 
     def _hand_on(self) -> None:
         """After the carry round: its pending prompts (at most the next batch's groups, mixed ones first) go to the
@@ -248,7 +264,8 @@ class ScreeningCollector(BatchCollector):
         if carried:
             trainer = self.trainer
             logs = self.round_logs if trainer.log_completions else None
-            self.sampler.carried = carry_round(carried, self.sampler.step, trainer._tokenizer.pad_token_id, logs)
+            pad_token_id, process_index = trainer._tokenizer.pad_token_id, trainer.accelerator.process_index
+            self.sampler.carried = carry_round(carried, self.sampler.step, pad_token_id, logs, process_index)
             # Last resort fill material: a carried probe, repeated and masked here, is trained on next step.
             self.fill_pool.extend(probe.as_fill_group(self.num_generations) for probe in carried)
 

@@ -29,6 +29,7 @@ import warnings
 from typing import Any
 
 import torch
+from accelerate.utils import send_to_device
 from transformers.trainer_utils import get_last_checkpoint
 
 from .carry import CarriedRound
@@ -124,7 +125,7 @@ def _resume_carry(trainer: Any, checkpoint: str) -> None:
     args = trainer.args
     path = os.path.join(checkpoint, refill_state_file(args.process_index, args.world_size, CARRY_FILE))
     if os.path.isfile(path):
-        state = torch.load(path, map_location=trainer.accelerator.device, weights_only=True)
+        state = _load_tensors(path, trainer.accelerator.device)
         trainer.dynamic_sampling.carried = CarriedRound.from_state(state)
 
 
@@ -140,7 +141,7 @@ def _resume_generation_cycle(trainer: Any, checkpoint: str, micro_step: int | No
     name = refill_state_file(args.process_index, args.world_size, GENERATION_BUFFER_FILE)
     path = os.path.join(checkpoint, name)
     if os.path.isfile(path):
-        trainer._buffered_inputs = torch.load(path, map_location=trainer.accelerator.device, weights_only=True)
+        trainer._buffered_inputs = _load_tensors(path, trainer.accelerator.device)
     else:
         warnings.warn(
             f"resuming inside a generation cycle from {checkpoint} without {name}: the rest of the cycle trains "
@@ -148,3 +149,9 @@ def _resume_generation_cycle(trainer: Any, checkpoint: str, micro_step: int | No
             "(the later cycles start at the same steps).",
             stacklevel=4,
         )
+
+
+def _load_tensors(path: str, device: Any) -> Any:
+    """A checkpoint file of tensors, on ``device``. Loaded on the CPU first: ``torch.load`` cannot map onto an
+    indexed CPU device, which is what accelerate gives each process of a multi-process CPU run (``cpu:0``)."""
+    return send_to_device(torch.load(path, map_location="cpu", weights_only=True), device)
