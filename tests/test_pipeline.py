@@ -35,7 +35,14 @@ def record_calls(trainer) -> list[dict]:
 
     def recorded(rows, need_rewards=True):
         state = copy.deepcopy(trainer.model.state_dict())
-        calls.append({"step": trainer.state.global_step, "prompts": [row["prompt"] for row in rows], "policy": state})
+        calls.append(
+            {
+                "step": trainer.state.global_step,
+                "micro_step": trainer._step,
+                "prompts": [row["prompt"] for row in rows],
+                "policy": state,
+            }
+        )
         return scored_round(rows, need_rewards)
 
     trainer._scored_round = recorded
@@ -148,16 +155,23 @@ def test_a_carried_row_is_clipped_against_the_policy_that_generated_it(
     assert_same_gradients(ours, reference)
 
 
-def test_resume_completes_the_carried_probes_exactly(make_model, tokenizer, tmp_path):
+@pytest.mark.parametrize(
+    "save_steps, cycle",
+    [(2, {}), (3, {"steps_per_generation": 2})],
+    ids=["at-a-step", "inside-a-generation-cycle"],
+)
+def test_resume_completes_the_carried_probes_exactly(make_model, tokenizer, tmp_path, save_steps, cycle):
     dataset = kinds_dataset(KINDS, repeat=8)
-    settings = dict(max_steps=5, save_strategy="steps", save_steps=2, **PIPELINE)
+    settings = dict(max_steps=7, save_strategy="steps", save_steps=save_steps, **cycle, **PIPELINE)
     full, _, _ = build(make_model, tokenizer, tmp_path, dataset, **settings)
     full.train()
-    assert (tmp_path / "checkpoint-2" / CARRY_FILE).is_file()
+    checkpoint = tmp_path / f"checkpoint-{save_steps}"
+    assert (checkpoint / CARRY_FILE).is_file()
     resumed, _, _ = build(make_model, tokenizer, tmp_path, dataset, **settings)
-    resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
-    assert after_checkpoint(resumed) == after_checkpoint(full) != []
-    assert after_checkpoint(full)[0][N.DYNAMIC_SAMPLING_ROUNDS] == 1  # step 3 completed what step 2 carried
+    resumed.train(resume_from_checkpoint=str(checkpoint))
+    assert after_checkpoint(resumed, save_steps) == after_checkpoint(full, save_steps) != []
+    # the next cycle completed what the checkpointed one carried
+    assert after_checkpoint(full, save_steps)[-2][N.DYNAMIC_SAMPLING_ROUNDS] == 1
     assert steering_state(resumed) == steering_state(full)
     assert parameter_digest(resumed.model) == parameter_digest(full.model)
 
@@ -175,8 +189,6 @@ def test_a_pipelined_run_logs_exactly_the_declared_names(make_model, tokenizer, 
     [
         ({"dynamic_sampling_fixed_budget": False}, "dynamic_sampling_fixed_budget=True"),
         ({"dynamic_sampling_screen_generations": None}, "set dynamic_sampling_screen_generations"),
-        ({"num_iterations": 2}, "num_iterations=2"),
-        ({"steps_per_generation": 2}, "steps_per_generation=2 != gradient_accumulation_steps=1"),
         (
             {
                 "dynamic_sampling": False,
@@ -257,3 +269,46 @@ def test_pipelined_screening_trains_a_lora_adapter_over_several_micro_batches(ma
     after = dict(model.named_parameters())
     assert [name for name in sorted(lora) if torch.equal(before[name], after[name])] == []
     assert [name for name in sorted(set(before) - lora) if not torch.equal(before[name], after[name])] == []
+
+
+@pytest.mark.parametrize(
+    "cycle",
+    [{"steps_per_generation": 2}, {"num_iterations": 2}],
+    ids=["two-steps-per-generation", "two-iterations"],
+)
+def test_the_carry_crosses_generation_cycles(make_model, tokenizer, tmp_path, cycle):
+    """A generation cycle (TRL's batch, every steps_per_generation * num_iterations micro-batches) is the unit: one
+    call per cycle in steady state, a carried row's old log-probabilities are those of the policy of the previous
+    cycle's call (TRL's own, computed at generation, for the others), and the last cycle probes nothing."""
+    trainer, _, recorder = build(
+        make_model,
+        tokenizer,
+        tmp_path,
+        kinds_dataset(["varying"], 48),  # every probe mixed: every cycle trains carried rows
+        max_steps=8,
+        learning_rate=0.05,
+        **cycle,
+        **PIPELINE,
+    )
+    calls = record_calls(trainer)
+    trainer.train()
+    micro_steps = trainer.args.steps_per_generation * trainer.args.num_iterations
+    cycles: dict[int, list[dict]] = {}
+    for call in calls:  # a cycle's calls are made at its first micro-step
+        cycles.setdefault(call["micro_step"] // micro_steps, []).append(call)
+    assert sorted(cycles) == [0, 1, 2, 3] and len(recorder.batches) == 4
+    assert [len(cycles[c]) for c in (1, 2)] == [1, 1]
+    rows_per_cycle = trainer.args.per_device_train_batch_size * trainer.args.steps_per_generation
+    assert all(sum(len(call["prompts"]) for call in cycles[c]) <= rows_per_cycle for c in cycles)
+    for c in (1, 2, 3):
+        batch = recorder.batches[c]
+        old, mask = batch["old_per_token_logps"], batch["completion_mask"]
+        probed_by = independent_logps(make_model(), cycles[c - 1][-1]["policy"], batch)
+        generated_by = independent_logps(make_model(), cycles[c][0]["policy"], batch)
+        stale = ((old - probed_by).abs() * mask).amax(1) < 1e-4
+        fresh = ((old - generated_by).abs() * mask).amax(1) < 1e-4
+        assert bool((stale | fresh).all()) and not bool((stale & fresh).any())
+        assert int(stale.sum()) == int(
+            trainer.args.per_device_train_batch_size * trainer.args.steps_per_generation * K / G
+        )
+    assert ds_logs(trainer)[-1][N.DYNAMIC_SAMPLING_CARRIED_PROBES] == 0

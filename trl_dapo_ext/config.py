@@ -575,13 +575,6 @@ class DAPOConfig(GRPOConfig):
             )
         unsupported = {
             "use_vllm=True (the carry is built for transformers generation so far)": self.use_vllm,
-            f"num_iterations={self.num_iterations} (a carried row would be more than one step off-policy)": (
-                self.num_iterations != 1
-            ),
-            f"steps_per_generation={self.steps_per_generation} != gradient_accumulation_steps="
-            f"{self.gradient_accumulation_steps} (a step must be one generation cycle)": (
-                self.steps_per_generation != self.gradient_accumulation_steps
-            ),
         }
         refused = [setting for setting, present in unsupported.items() if present]
         if refused:

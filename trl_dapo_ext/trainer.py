@@ -31,7 +31,7 @@ from .dynamic_sampling.assembly import LOSS_SCALE_KEY, RoundRows, ScoredRound, a
 from .dynamic_sampling.rounds import build_dynamic_sampler, with_prompt_index
 from .dynamic_sampling.sampler import DynamicSampler
 from .dynamic_sampling.screening_rounds import collector_class
-from .dynamic_sampling.state import resume_dynamic_sampling, save_dynamic_sampling
+from .dynamic_sampling.state import micro_steps_per_cycle, resume_dynamic_sampling, save_dynamic_sampling
 from .generation_budget import (
     BudgetMeter,
     GenerationBudgetCallback,
@@ -147,7 +147,7 @@ class DAPOTrainer(GRPOTrainer):
         # stops the run and runs the lr schedule on it (`generation_budget`).
         self.generated_completions = 0
         # What the budget has been charged: each generation batch as its micro-batches are trained.
-        self.budget_meter = BudgetMeter(args.steps_per_generation * self.num_iterations)
+        self.budget_meter = BudgetMeter(micro_steps_per_cycle(args))
         if args.max_generated_completions is not None:
             self.add_callback(GenerationBudgetCallback(self))
 

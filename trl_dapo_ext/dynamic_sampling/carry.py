@@ -30,7 +30,7 @@ PROBE_FIELDS = ("row", "index", "stratum", "agreed", "chance", "outcome")
 class CarriedRound:
     """Probes of step ``step``'s last call whose completion is the next step's: their rows and what was learnt."""
 
-    step: int  # the global step (before it) whose call generated the probes
+    cycle: int  # the generation cycle whose call made the probes (`state.generation_cycle`; the step by default)
     rows: RoundRows  # the probes' rows, ``k`` per prompt, in prompt order, as round `CARRIED_ROUND`
     probes: list[dict[str, Any]]  # per prompt: PROBE_FIELDS
     logs: dict[str, Any] | None  # the rows' completions-table entries (log_completions), in row order
@@ -43,7 +43,7 @@ class CarriedRound:
         """Tensors, lists and plain values only (``torch.load(weights_only=True)`` reads it back)."""
         scored = self.rows.scored
         return {
-            "step": self.step,
+            "cycle": self.cycle,
             "output": dict(self.rows.output),
             "rewards": self.rows.local_rewards,
             "completion_ids": scored.completion_ids,
@@ -59,7 +59,7 @@ class CarriedRound:
         rows = carried_rows(
             state["output"], state["rewards"], state["completion_ids"], state["lengths"], state["truncated"]
         )
-        return cls(step=int(state["step"]), rows=rows, probes=probes, logs=state["logs"])
+        return cls(cycle=int(state["cycle"]), rows=rows, probes=probes, logs=state["logs"])
 
 
 def carried_rows(output, rewards, completion_ids, lengths, truncated) -> RoundRows:
@@ -69,10 +69,10 @@ def carried_rows(output, rewards, completion_ids, lengths, truncated) -> RoundRo
 
 
 def carry_round(
-    probes: list[Any], step: int, pad_token_id: int, round_logs: dict[int, dict] | None, process_index: int = 0
+    probes: list[Any], cycle: int, pad_token_id: int, round_logs: dict[int, dict] | None, process_index: int = 0
 ) -> CarriedRound:
-    """The `CarriedRound` of ``probes`` (`screening_rounds.Probe`, each with its own round's rows) made in step
-    ``step`` on process ``process_index``; ``round_logs``: the step's completions-table buffers per round, every
+    """The `CarriedRound` of ``probes`` (`screening_rounds.Probe`, each with its own round's rows) made in
+    generation cycle ``cycle`` on process ``process_index``; ``round_logs``: the step's completions-table buffers per round, every
     process's rows (None: not logged)."""
     parts = [probe.part() for probe in probes]
     output = concat_rows([part.batch for part in parts], pad_token_id=pad_token_id)
@@ -86,7 +86,7 @@ def carry_round(
     metadata = [{name: getattr(probe, name) for name in PROBE_FIELDS} for probe in probes]
     origins = [origin for part in parts for origin in part.origin]
     logs = None if round_logs is None else _carried_logs(origins, round_logs, process_index)
-    return CarriedRound(step=step, rows=rows, probes=metadata, logs=logs)
+    return CarriedRound(cycle=cycle, rows=rows, probes=metadata, logs=logs)
 
 
 def _carried_logs(origins: list[tuple[int, int, int]], round_logs: dict[int, dict], process_index: int) -> dict:

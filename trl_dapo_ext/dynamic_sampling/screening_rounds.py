@@ -31,7 +31,6 @@ import torch
 from accelerate.utils import gather_object
 
 from ..core.groups import GroupOutcome
-from ..generation_budget import plain_step_completions
 from ..metric_names import N
 from .assembly import RoundRows, SelectedGroups
 from .carry import CARRIED_ROUND, CarriedRound, carry_round, shared_logs
@@ -40,6 +39,7 @@ from .history import UNSEEN
 from .rounds import PROMPT_INDEX_COLUMN, BatchCollector, _empty_like, gather_ints, repeat_rows
 from .screen_plan import screening_round, wanted_probes
 from .screening import AGREE_HIGH, AGREE_LOW, stream_rate, worth_completing
+from .state import generation_cycle, micro_steps_per_cycle
 
 # Share of the agreeing prompts completed whatever their estimate (a seeded coin per step and prompt, the same on every
 # process), so that a stratum judged not worth completing is still measured and can be judged again.
@@ -88,15 +88,20 @@ class ScreeningCollector(BatchCollector):
         self.generated_rows = 0  # rows of every round, every process
         self.funnel = [0, 0]  # screened prompts and those dropped after their probes (every process)
         self.stranded = 0  # prompts probed in the step's last round (every process): nothing could complete them
-        # Pipelined screening (`carry`): the probes the previous step's call made are completed in round 1; a step
-        # with a next step ends with a carry round, whose probes that step completes.
+        # Pipelined screening (`carry`): the probes the previous generation cycle's call made are completed in round
+        # 1; a cycle with a next one ends with a carry round, whose probes the next cycle completes. A cycle is one
+        # generation batch (TRL's, every steps_per_generation * num_iterations micro-batches): one step by default.
         self.pipeline = args.dynamic_sampling_pipeline
-        self.next_step = self.pipeline and trainer.state.global_step + 1 < trainer.state.max_steps
+        self.cycle = generation_cycle(trainer)
+        micro_steps = micro_steps_per_cycle(args)
+        self.next_step = self.pipeline and trainer._step + micro_steps < trainer.state.max_steps * (
+            args.gradient_accumulation_steps
+        )
         if self.next_step and args.max_generated_completions is not None:
-            # The run stops at the step end where the charged completions reach the budget: a step whose plain
-            # step's worth would reach it probes nothing for a step that may not come (it screens within itself).
+            # The run stops at the step end where the charged completions reach the budget: a cycle whose plain
+            # cycle's worth would reach it probes nothing for a cycle that may not come (it screens within itself).
             charged = trainer.budget_meter.charged()
-            self.next_step = charged + plain_step_completions(args) < args.max_generated_completions
+            self.next_step = charged + args.generation_batch_size < args.max_generated_completions
         self.carry_dropped = 0  # probes worth completing that the next step cannot take (every process)
         self.carried_out = 0  # probes handed to the next step (every process)
         target = len(inputs) // trainer.num_generations  # BatchCollector's target, set once __init__ runs
@@ -250,7 +255,7 @@ class ScreeningCollector(BatchCollector):
             Probe(round_rows=carried.rows, rows=torch.arange(i * k, (i + 1) * k), **fields)
             for i, fields in enumerate(carried.probes)
         ]
-        fresh = carried.step == trainer.state.global_step - 1
+        fresh = carried.cycle == self.cycle - 1
         keep = probes[:target] if fresh else []
         self.stale_dropped = probes[len(keep) :]
         return keep, logs
@@ -265,7 +270,7 @@ class ScreeningCollector(BatchCollector):
             trainer = self.trainer
             logs = self.round_logs if trainer.log_completions else None
             pad_token_id, process_index = trainer._tokenizer.pad_token_id, trainer.accelerator.process_index
-            self.sampler.carried = carry_round(carried, self.sampler.step, pad_token_id, logs, process_index)
+            self.sampler.carried = carry_round(carried, self.cycle, pad_token_id, logs, process_index)
             # Last resort fill material: a carried probe, repeated and masked here, is trained on next step.
             self.fill_pool.extend(probe.as_fill_group(self.num_generations) for probe in carried)
 

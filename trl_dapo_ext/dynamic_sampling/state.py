@@ -63,9 +63,14 @@ def _replace_atomically(path: str, write) -> None:
         raise
 
 
-def _generate_every(args: Any) -> int:
+def micro_steps_per_cycle(args: Any) -> int:
     """Micro-steps per generation cycle: TRL generates when its micro-step count is a multiple of this."""
     return args.steps_per_generation * args.num_iterations
+
+
+def generation_cycle(trainer: Any) -> int:
+    """The generation cycle the trainer is in (0 first): its micro-step count over `micro_steps_per_cycle`."""
+    return trainer._step // micro_steps_per_cycle(trainer.args)
 
 
 def save_dynamic_sampling(trainer: Any, folder: str) -> str:
@@ -92,7 +97,7 @@ def save_dynamic_sampling(trainer: Any, folder: str) -> str:
         _replace_atomically(carry_path, lambda partial: torch.save(carried.state_dict(), partial))
     # Inside a generation cycle TRL's next micro-step trains a buffered micro-batch instead of generating: the rest
     # of this batch is trained after the checkpoint.
-    if trainer._step % _generate_every(args) != 0 and trainer._buffered_inputs is not None:
+    if trainer._step % micro_steps_per_cycle(args) != 0 and trainer._buffered_inputs is not None:
         buffer = os.path.join(folder, refill_state_file(args.process_index, args.world_size, GENERATION_BUFFER_FILE))
         _replace_atomically(buffer, lambda partial: torch.save(trainer._buffered_inputs, partial))
     return path
@@ -136,7 +141,7 @@ def _resume_generation_cycle(trainer: Any, checkpoint: str, micro_step: int | No
         return
     args = trainer.args
     trainer._step = int(micro_step)
-    if trainer._step % _generate_every(args) == 0:
+    if trainer._step % micro_steps_per_cycle(args) == 0:
         return  # at a cycle's start: the next micro-step generates anyway
     name = refill_state_file(args.process_index, args.world_size, GENERATION_BUFFER_FILE)
     path = os.path.join(checkpoint, name)
