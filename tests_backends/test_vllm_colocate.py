@@ -127,3 +127,39 @@ def test_screening_probes_and_completes_through_vllm(model_dir, tmp_path):
     for h in logs:
         assert h["dynamic_sampling/screened_prompts"] > h["dynamic_sampling/completed_prompts"] >= 2
         assert h["dynamic_sampling/retained_groups"] == 2
+
+
+def test_pipelined_screening_through_vllm(model_dir, tmp_path):
+    """Pipelined screening with vLLM colocate: one call per step after the first, every call sampling from the
+    current policy, and carried probe rows trained at the next step with the old log-probabilities and importance
+    ratios computed at their own call."""
+    args = DAPOConfig(
+        **colocate_kwargs(tmp_path, max_steps=4),
+        dynamic_sampling=True,
+        dynamic_sampling_screen_generations=2,
+        dynamic_sampling_fixed_budget=True,
+        dynamic_sampling_pipeline=True,
+    )
+    trainer = DAPOTrainer(model_dir, reward_funcs=[kind_reward], args=args, train_dataset=kind_dataset())
+    log = RoundLog(trainer)
+    batches: list[dict] = []
+    collect = trainer._generate_and_score_completions
+
+    def recorded_step(inputs):
+        batch = collect(inputs)
+        batches.append({key: value.clone() for key, value in batch.items() if torch.is_tensor(value)})
+        return batch
+
+    trainer._generate_and_score_completions = recorded_step
+    trainer.train()
+    assert [len(step) for step in log.steps] == log.rounds and log.rounds[1:-1] == [1, 1]
+    assert max(log.values) < LOGP_TOLERANCE, f"vLLM sampled from other weights than the policy's: {log.steps}"
+    logs = [h for h in trainer.state.log_history if "dynamic_sampling/carried_probes" in h]
+    assert (
+        all(h["dynamic_sampling/carried_probes"] > 0 for h in logs[:-1])
+        and logs[-1]["dynamic_sampling/carried_probes"] == 0
+    )
+    assert all(h["dynamic_sampling/stale_row_share"] > 0 for h in logs[1:])
+    for batch in batches:  # TRL's vLLM correction, as computed at each row's call
+        assert {"old_per_token_logps", "importance_sampling_ratio"} <= set(batch)
+        assert len(batch["importance_sampling_ratio"]) == len(batch["completion_ids"])  # one per row (sequence mode)

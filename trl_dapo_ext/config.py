@@ -573,15 +573,6 @@ class DAPOConfig(GRPOConfig):
                 "next under the fixed budget: set dynamic_sampling_screen_generations (e.g. num_generations // 2) and "
                 "dynamic_sampling_fixed_budget=True, or drop dynamic_sampling_pipeline."
             )
-        unsupported = {
-            "use_vllm=True (the carry is built for transformers generation so far)": self.use_vllm,
-        }
-        refused = [setting for setting, present in unsupported.items() if present]
-        if refused:
-            raise ValueError(
-                f"dynamic_sampling_pipeline=True does not support {'; '.join(refused)}. Change that setting, or "
-                "drop dynamic_sampling_pipeline (screening then completes its probes within each step)."
-            )
 
 
 def as_dapo_config(args: GRPOConfig) -> DAPOConfig:
