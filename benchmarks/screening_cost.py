@@ -114,6 +114,7 @@ class StubTrainer:
         self.train_dataset = [{"prompt": f"p{i}", "task": i} for i in range(len(success))]
         self.accelerator = _Accelerator()
         self.state = SimpleNamespace(global_step=0, max_steps=args.max_steps)
+        self._step = 0  # TRL's micro-step count (gradient_accumulation_steps = steps_per_generation = 1 here)
         self._tokenizer = SimpleNamespace(pad_token_id=0)
         self.reward_func_names, self.task_reward_indices = ["pass_rate"], [0]
         self.reward_weights = torch.ones(1)
@@ -223,7 +224,7 @@ def run_trainer_rule(
             batches = list(sampler)
         own, batches = batches[:groups], batches[groups:]
         rows = [{**trainer.train_dataset[i], PROMPT_INDEX_COLUMN: i} for i in own]
-        trainer.state.global_step = step
+        trainer.state.global_step = trainer._step = step  # TRL's micro-step count: one micro-batch per step here
         cost.add(CountingCollector(trainer, repeat_rows(rows, generations)).collect())
     return cost
 
@@ -320,6 +321,20 @@ def main(argv: list[str] | None = None) -> None:
         f"screening k={K}, fixed budget (trainer rule)": lambda seed: simulate(seed, options.prompts, options.epochs),
         f"pipelined screening k={K}, fixed budget (trainer rule)": lambda seed: simulate(
             seed, options.prompts, options.epochs, **PIPELINED
+        ),
+        f"screening k={K}, refill (trainer rule)": lambda seed: simulate(
+            seed, options.prompts, options.epochs, dynamic_sampling_fixed_budget=False
+        ),
+        f"pipelined screening k={K}, refill, fill chance 0.9 (trainer rule)": lambda seed: simulate(
+            seed, options.prompts, options.epochs, dynamic_sampling_fixed_budget=False, **PIPELINED
+        ),
+        f"pipelined screening k={K}, refill, fill chance 0.5 (trainer rule)": lambda seed: simulate(
+            seed,
+            options.prompts,
+            options.epochs,
+            dynamic_sampling_fixed_budget=False,
+            dynamic_sampling_carry_fill_chance=0.5,
+            **PIPELINED,
         ),
     }
     if options.trainer:

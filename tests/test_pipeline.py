@@ -187,7 +187,6 @@ def test_a_pipelined_run_logs_exactly_the_declared_names(make_model, tokenizer, 
 @pytest.mark.parametrize(
     "settings, says",
     [
-        ({"dynamic_sampling_fixed_budget": False}, "dynamic_sampling_fixed_budget=True"),
         ({"dynamic_sampling_screen_generations": None}, "set dynamic_sampling_screen_generations"),
         (
             {
@@ -312,3 +311,52 @@ def test_the_carry_crosses_generation_cycles(make_model, tokenizer, tmp_path, cy
             trainer.args.per_device_train_batch_size * trainer.args.steps_per_generation * K / G
         )
     assert ds_logs(trainer)[-1][N.DYNAMIC_SAMPLING_CARRIED_PROBES] == 0
+
+
+REFILL_PIPELINE = dict(dynamic_sampling_screen_generations=K, dynamic_sampling_pipeline=True)
+
+
+def test_with_refill_a_step_whose_carried_probes_fill_its_batch_makes_one_call(make_model, tokenizer, tmp_path):
+    """Refill (no fixed budget): the carried probes are sized so that the next step finds its groups among them
+    (``dynamic_sampling_carry_fill_chance``); such a step makes one call, and every batch is full of informative groups."""
+    trainer, _, _ = build(make_model, tokenizer, tmp_path, kinds_dataset(KINDS, 16), max_steps=8, **REFILL_PIPELINE)
+    calls = record_calls(trainer)
+    trainer.train()
+    steps = per_step(calls)
+    logs = ds_logs(trainer)
+    assert all(h[N.DYNAMIC_SAMPLING_RETAINED_GROUPS] == 2 and h[N.DYNAMIC_SAMPLING_FILLED_GROUPS] == 0 for h in logs)
+    for step in range(1, 8):
+        if logs[step - 1][N.DYNAMIC_SAMPLING_CARRIED_PROBES] >= 2:  # enough carried: one call
+            assert len(steps[step]) == 1
+    assert sum(len(steps[step]) == 1 for step in range(1, 8)) >= 6
+    assert_pipelined_funnel(logs)
+
+
+def test_with_refill_a_short_step_completes_its_own_carry_rounds_probes(make_model, tokenizer, tmp_path):
+    """Refill, probes capped at the batch's groups (``max_oversample=1``): a step whose carried prompts leave its
+    batch short makes another call, which completes what it misses from the probes of its own carry round (the same
+    policy) and probes anew for the next step."""
+    trainer, _, recorder = build(
+        make_model,
+        tokenizer,
+        tmp_path,
+        kinds_dataset(KINDS, 16),
+        max_steps=8,
+        dynamic_sampling_max_oversample=1.0,
+        **REFILL_PIPELINE,
+    )
+    calls = record_calls(trainer)
+    trainer.train()
+    steps = per_step(calls)
+    logs = ds_logs(trainer)
+    assert all(h[N.DYNAMIC_SAMPLING_RETAINED_GROUPS] == 2 for h in logs)
+    short = [step for step in range(1, 8) if len(steps[step]) > 1]
+    completed_in_step = set()
+    for step in short:
+        trained = set(tokenizer.batch_decode(recorder.batches[step]["prompt_ids"], skip_special_tokens=True))
+        carried = set(steps[step - 1][-1]["prompts"])  # probed by the previous step's last call
+        earlier = {prompt for call in steps[step][:-1] for prompt in call["prompts"]} - carried
+        assert trained <= carried | earlier  # nothing older than the previous step's last call
+        completed_in_step |= trained & earlier
+    assert completed_in_step  # some short step trained prompts its own earlier call probed
+    assert_pipelined_funnel(logs)

@@ -109,7 +109,11 @@ def test_our_modes_run_the_trainers_own_collector(name, monkeypatch):
 screening_cost = load_benchmark("screening_cost")
 
 
-@pytest.mark.parametrize("overrides", [{}, screening_cost.PIPELINED], ids=["within-step", "pipelined"])
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, screening_cost.PIPELINED, {**screening_cost.PIPELINED, "dynamic_sampling_fixed_budget": False}],
+    ids=["within-step", "pipelined", "pipelined-refill"],
+)
 def test_the_trainer_rule_is_the_trainers_step_for_step(overrides):
     """The stub trainer's run and DAPOTrainer's (a tiny model; the reward ignores what it says and draws each
     completion's reward from its prompt's pass rate, seeded alike) make the same decisions: the same completions,
@@ -119,7 +123,7 @@ def test_the_trainer_rule_is_the_trainers_step_for_step(overrides):
     assert stub.steps == trainer.steps == 8
     assert stub.per_step == trainer.per_step
     assert stub.calls == trainer.calls
-    if overrides:  # pipelined: one call per step but the first and the last
+    if overrides.get("dynamic_sampling_fixed_budget", True) and overrides:  # one call per step but the first, last
         assert stub.calls[1:-1] == [1] * 6
 
 

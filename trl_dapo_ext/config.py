@@ -80,13 +80,16 @@ class DAPOConfig(GRPOConfig):
         dynamic_sampling_fixed_budget (bool): Every step generates at most what plain GRPO generates (the batch's
             rows per process) and trains on every informative group it found; the rest of the batch is masked out of
             the loss. Without screening: GRPO's own groups with the zero-variance ones masked (no refill).
-        dynamic_sampling_pipeline (bool): Pipelined screening (with `dynamic_sampling_screen_generations` and
-            `dynamic_sampling_fixed_budget`): a step's one generation call completes the prompts whose probes the
-            previous step's call made and probes the prompts of the next step; the carried probe rows keep the
-            log-probabilities of the policy that generated them (one step off-policy). One process, transformers
-            generation, `num_iterations=1` and `steps_per_generation == gradient_accumulation_steps` only; with
-            `max_generated_completions`, a step that a plain step's completions would take to the budget probes
-            nothing for a next step.
+        dynamic_sampling_pipeline (bool): Pipelined screening (with `dynamic_sampling_screen_generations`): a
+            step's one generation call completes the prompts whose probes the previous step's call made and probes
+            the prompts of the next step; the carried probe rows keep the log-probabilities of the policy that
+            generated them (one step off-policy). Under `dynamic_sampling_fixed_budget` every step after the first
+            makes one call; with refill a step whose carried prompts leave its batch short makes another. A "step"
+            is a generation cycle (`steps_per_generation * num_iterations` micro-batches); with
+            `max_generated_completions`, a cycle that a plain cycle's completions would take to the budget probes
+            nothing for a next one.
+        dynamic_sampling_carry_fill_chance (float): Pipelined screening with refill: the chance that a step's probes
+            for the next step hold the next batch's groups (fewer calls per step when higher, more probes dropped).
         max_generated_completions (int | None): Bound the run by generation instead of steps: stop at the first
             optimizer step end at which the completions charged so far (every round and process, the count logged
             as `dynamic_sampling/generated_completions`; a generation batch charged as its micro-batches are trained)
@@ -261,11 +264,22 @@ class DAPOConfig(GRPOConfig):
     dynamic_sampling_pipeline: bool = field(
         default=False,
         metadata={
-            "help": "Pipelined screening (SPEED-RL's single inference call; needs dynamic_sampling_screen_generations "
-            "and dynamic_sampling_fixed_budget): each step makes one generation call that completes the prompts "
-            "probed in the previous step's call and probes the prompts of the next step. The carried probe rows "
-            "keep the log-probabilities of the policy that generated them, so the loss clips them as one step "
-            "off-policy. The run's first step makes two calls and its last step completes what it probes."
+            "help": "Pipelined screening (SPEED-RL's single inference call; needs dynamic_sampling_screen_generations): "
+            "each step makes one generation call that completes the prompts probed in the previous step's call and "
+            "probes the prompts of the next step. The carried probe rows keep the log-probabilities of the policy "
+            "that generated them, so the loss clips them as one step off-policy. The run's first step makes two "
+            "calls and its last step completes what it probes. With refill (no dynamic_sampling_fixed_budget) the "
+            "probes are sized so that the next step finds its groups among them 9 times in 10; a step that does "
+            "not makes another call."
+        },
+    )
+    dynamic_sampling_carry_fill_chance: float = field(
+        default=0.9,
+        metadata={
+            "help": "Pipelined screening with refill (no dynamic_sampling_fixed_budget): the chance that the probes "
+            "a step makes for the next step hold the next batch's groups (a binomial quantile at the estimated "
+            "mixed share). A step that finds too few makes another generation call. Higher: fewer calls per step "
+            "(about 1 + (1 - chance)), more probes dropped; lower: the reverse."
         },
     )
 
@@ -567,11 +581,16 @@ class DAPOConfig(GRPOConfig):
         """Pipelined screening: what it builds on, and the settings it does not support yet."""
         if not self.dynamic_sampling_pipeline:
             return
-        if self.dynamic_sampling_screen_generations is None or not self.dynamic_sampling_fixed_budget:
+        if self.dynamic_sampling_screen_generations is None:
             raise ValueError(
                 "dynamic_sampling_pipeline=True carries screening probes from one step's generation call to the "
-                "next under the fixed budget: set dynamic_sampling_screen_generations (e.g. num_generations // 2) and "
-                "dynamic_sampling_fixed_budget=True, or drop dynamic_sampling_pipeline."
+                "next: set dynamic_sampling_screen_generations (e.g. num_generations // 2), or drop "
+                "dynamic_sampling_pipeline."
+            )
+        if not 0.0 < self.dynamic_sampling_carry_fill_chance < 1.0:
+            raise ValueError(
+                f"dynamic_sampling_carry_fill_chance={self.dynamic_sampling_carry_fill_chance} is a probability: set "
+                "it between 0 and 1, both excluded (0.9 by default)."
             )
 
 

@@ -39,6 +39,34 @@ def wanted_probes(missing: float, mixed_rate: float) -> int:
     return math.ceil(missing / max(mixed_rate, MIN_MIXED_RATE))
 
 
+def probes_to_fill(groups: int, mixed_rate: float, chance: float, max_probes: int) -> int:
+    """New prompts to screen so that at least ``groups`` of them are mixed with probability ``chance``, each being
+    mixed with probability ``mixed_rate`` independently (the binomial quantile), at most ``max_probes``.
+
+    Pipelined screening with refill sizes a step's probes for the next step this way: a next step short of mixed
+    prompts needs another generation call, so its chance of needing one is about ``1 - chance``.
+
+    Example:
+        >>> probes_to_fill(2, 0.5, 0.9, max_probes=100), wanted_probes(2, 0.5)  # 7 probes: 94% chance of >= 2 mixed
+        (7, 4)
+        >>> probes_to_fill(16, 0.5, 0.9, max_probes=100), probes_to_fill(16, 0.5, 0.9, max_probes=20)
+        (39, 20)
+    """
+    if groups <= 0:
+        return 0
+    rate = max(mixed_rate, MIN_MIXED_RATE)
+    probes = wanted_probes(groups, rate)
+    while probes < max_probes and _at_least(groups, probes, rate) < chance:
+        probes += 1
+    return min(probes, max_probes)
+
+
+def _at_least(successes: int, trials: int, rate: float) -> float:
+    """P(Binomial(trials, rate) >= successes)."""
+    below = sum(math.comb(trials, i) * rate**i * (1 - rate) ** (trials - i) for i in range(successes))
+    return 1.0 - below
+
+
 def screening_round(
     *,
     missing: list[float],

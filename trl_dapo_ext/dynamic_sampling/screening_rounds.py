@@ -37,7 +37,7 @@ from .carry import CARRIED_ROUND, CarriedRound, carry_round, shared_logs
 from .counts import GroupCounts, added
 from .history import UNSEEN
 from .rounds import PROMPT_INDEX_COLUMN, BatchCollector, _empty_like, gather_ints, repeat_rows
-from .screen_plan import screening_round, wanted_probes
+from .screen_plan import probes_to_fill, screening_round, wanted_probes
 from .screening import AGREE_HIGH, AGREE_LOW, stream_rate, worth_completing
 from .state import generation_cycle, micro_steps_per_cycle
 
@@ -102,6 +102,7 @@ class ScreeningCollector(BatchCollector):
             # cycle's worth would reach it probes nothing for a cycle that may not come (it screens within itself).
             charged = trainer.budget_meter.charged()
             self.next_step = charged + args.generation_batch_size < args.max_generated_completions
+        self.completing: int | None = None  # pending prompts the next round completes (None: all)
         self.carry_dropped = 0  # probes worth completing that the next step cannot take (every process)
         self.carried_out = 0  # probes handed to the next step (every process)
         target = len(inputs) // trainer.num_generations  # BatchCollector's target, set once __init__ runs
@@ -181,17 +182,36 @@ class ScreeningCollector(BatchCollector):
         return max(self.first_probes - self.target, 0)
 
     def _carry_probes(self, used_units: int) -> list[int]:
-        """New probes per process of a carry round: what the budget leaves after the pending completions, at most
-        as many as the next step's batch wants (its groups at the estimated mixed share, ``max_oversample`` times
-        them at most). Their completions are the next step's, under its own budget. Every process's call is as
-        large (TRL's collectives): its own completions first, then probes, so a process with fewer completions
-        probes more; every process computes the same sizes from gathered counts."""
-        completions = [count * self.units_to_complete for count in self._gathered([len(self.pending)])]
-        wanted = wanted_probes(self.target, self.sampler.mixed_rate())
-        wanted = min(wanted, int(self.trainer.args.dynamic_sampling_max_oversample * self.target))
-        room = self._budget_units() - used_units  # the same on every process: its rounds were as large
-        units = max(min(max(completions) + wanted, room), max(completions))
+        """New probes per process of a carry round, for the next step's batch, at most ``max_oversample`` times its
+        groups. Under the fixed budget: what the budget leaves after the round's completions, at most the batch's
+        groups at the estimated mixed share (their completions are the next step's, under its own budget). With
+        refill: enough that the next step finds its groups among them with chance
+        ``dynamic_sampling_carry_fill_chance`` (else it needs another call). Every process's call is as large (TRL's collectives): its own completions first, then
+        probes, so a process with fewer completions probes more; every process computes the same sizes from
+        gathered counts."""
+        completing = self._completing_count()
+        # What the next batch still misses: a refill step that completes only some of its pending prompts hands
+        # the others on (`_refill_after_carry`), in thousandths of a group.
+        handed_on = round(sum(probe.chance for probe in self.pending[completing:]) * _MILLI)
+        counts, handed_on = self._gathered_columns(completing, handed_on)
+        completions = [count * self.units_to_complete for count in counts]
+        missing = [math.ceil(self.target - value / _MILLI - 1e-9) for value in handed_on]
+        cap = int(self.trainer.args.dynamic_sampling_max_oversample * self.target)
+        mixed_rate = self.sampler.mixed_rate()
+        if self.fixed_budget:
+            wanted = [min(wanted_probes(self.target, mixed_rate), cap)] * len(counts)
+            room = self._budget_units() - used_units  # the same on every process: its rounds were as large
+        else:
+            chance = self.trainer.args.dynamic_sampling_carry_fill_chance
+            wanted = [probes_to_fill(groups, mixed_rate, chance, cap) for groups in missing]
+            room = math.inf
+        largest = max(done + want for done, want in zip(completions, wanted))
+        units = max(min(largest, room), max(completions))
         return [units - done for done in completions]
+
+    def _completing_count(self) -> int:
+        """Pending prompts the next round completes: all, except after a refill carry round (`_refill_after_carry`)."""
+        return len(self.pending) if self.completing is None else self.completing
 
     # ------------------------------------------------------------------------------------------------ rounds
 
@@ -204,17 +224,11 @@ class ScreeningCollector(BatchCollector):
         while True:
             self.rounds = round_index
             self.carrying = round_index == self.carry_round
-            used_units += len(self.pending) * self.units_to_complete + len(new)
+            used_units += self._completing_count() * self.units_to_complete + len(new)
             self._screening_round(new, round_index, used_units)
-            if self.carrying:
-                break
-            expected = round(sum(probe.chance for probe in self.pending) * _MILLI)
-            kept, pending, expected = self._gathered_columns(self._kept_groups(), len(self.pending), expected)
-            counts = self._plan(round_index, kept, pending, used_units, [e / _MILLI for e in expected])
-            if round_index + 1 == self.carry_round:
-                counts = self._carry_probes(used_units)
-                if not any(counts) and not any(pending):
-                    counts = None
+            counts = (
+                self._refill_after_carry(round_index) if self.carrying else self._next_round(round_index, used_units)
+            )
             if counts is None:
                 break
             round_index += 1
@@ -235,7 +249,32 @@ class ScreeningCollector(BatchCollector):
         self.trainer._logs = self.original_logs
         return self._finish()
 
+    def _next_round(self, round_index: int, used_units: int) -> list[int] | None:
+        """New probes per process of the round after ``round_index`` (not a carry round), or None to stop."""
+        expected = round(sum(probe.chance for probe in self.pending) * _MILLI)
+        kept, pending, expected = self._gathered_columns(self._kept_groups(), len(self.pending), expected)
+        counts = self._plan(round_index, kept, pending, used_units, [e / _MILLI for e in expected])
+        if round_index + 1 == self.carry_round:
+            counts = self._carry_probes(used_units)
+            if not any(counts) and not any(pending):
+                counts = None
+        return counts
+
     # ------------------------------------------------------------------------------------------------ the carry
+
+    def _refill_after_carry(self, round_index: int) -> list[int] | None:
+        """After a carry round, with refill (no fixed budget): if a process's batch is still short (its carried
+        prompts did not all turn informative, or too few were carried), one more round completes what each
+        process misses from the prompts pending (the carry round's probes, mixed first: the same policy) and probes
+        anew for the next step; it is the step's carry round now. New probes per process, or None: every batch is
+        full, the fixed budget (its steps end with the carry round), or no round is left."""
+        if self.fixed_budget or round_index >= self.trainer.args.dynamic_sampling_max_rounds:
+            return None
+        if min(self._gathered([self._kept_groups()])) >= self.target:
+            return None
+        self.completing = min(self.target - self._kept_groups(), len(self.pending))
+        self.carry_round = round_index + 1
+        return self._carry_probes(used_units=0)  # no budget: what was used does not limit it
 
     def _take_carried(self, trainer: Any, target: int) -> tuple[list[Probe], dict[str, Any] | None]:
         """The probes the previous step handed on (`carry`), as pending prompts of round 1, at most the batch's
@@ -316,7 +355,8 @@ class ScreeningCollector(BatchCollector):
         """Generate the pending completions and the new prompts' probes; keep, queue or drop each prompt.
         ``used_units``: what the step has generated per process with this round, in units of ``k`` rows."""
         G, k = self.num_generations, self.probe_size
-        completing, self.pending = self.pending, []
+        count = self._completing_count()
+        completing, self.pending, self.completing = self.pending[:count], self.pending[count:], None
         rows = repeat_rows([probe.row for probe in completing], G - k) + repeat_rows([row for row, _ in new], k)
         round_rows = self._generated_round(rows, round_index)
         observed: list[tuple[int, int, int, int]] = []
