@@ -405,6 +405,7 @@ class Screen:
     mode: str  # grpo, refill (today's planner), knapsack, speed, budget (ours), fill (ours)
     probes: int = 0
     skip: bool = False
+    pipeline: bool = False  # ours: dynamic_sampling_pipeline (the next step's probes ride in this step's call)
 
 
 SCREEN_STRATEGIES = {
@@ -419,8 +420,11 @@ SCREEN_STRATEGIES = {
     "ours budget+skip k=4": Screen("budget", 4, skip=True),
     "ours fill k=2": Screen("fill", 2),
     "ours fill+skip k=2": Screen("fill", 2, skip=True),
+    "ours pipelined budget k=4": Screen("budget", 4, pipeline=True),
+    "ours pipelined fill k=4": Screen("fill", 4, pipeline=True),
 }
 OURS = "ours budget k=4"  # the configuration docs/choosing.md recommends: checked against DAPO's refill
+CHECKED = (OURS, "ours pipelined budget k=4")  # ... within the step and pipelined (one generation call per step)
 
 
 def knapsack_allocation(success: np.ndarray, budget: int, least: int = 2, most: int = 256) -> np.ndarray:
@@ -645,6 +649,7 @@ def trainer_rule_ledger(
         on_step=on_step,
         dynamic_sampling_screen_generations=screen.probes,
         dynamic_sampling_fixed_budget=screen.mode == "budget",
+        dynamic_sampling_pipeline=screen.pipeline,
         dynamic_sampling_skip_window=args.window if screen.skip else 0,
         dynamic_sampling_skip_floor=args.floor,
         dynamic_sampling_round_latency=latency,
@@ -710,7 +715,7 @@ def screening_sweep(args: argparse.Namespace) -> int:
             + ", ".join(f"k={k} no-history bound {bound:.2f}x G" for k, bound in bounds.items())
         )
         print(
-            f"{'strategy':<22} "
+            f"{'strategy':<26} "
             + " ".join(f"{'L=' + format(L, 'g'):>7}" for L in latencies)
             + "  groups/step  rounds/step  screened/step  dropped/step  agreeing completed/step  epochs  over budget"
             + "  short"
@@ -720,20 +725,21 @@ def screening_sweep(args: argparse.Namespace) -> int:
             base = rows[0]
             steps = max(base.steps, 1)
             print(
-                f"{name:<22} "
+                f"{name:<26} "
                 + " ".join(f"{row.per_group(G, L) / G:>7.2f}" for row, L in zip(rows, latencies))
                 + f"  {base.groups / steps:>11.1f}  {base.rounds / steps:>11.2f}  {base.screened / steps:>13.1f}"
                 + f"  {base.dropped / steps:>12.1f}"
                 + f"  {base.completed_agreeing / steps:>23.1f}  {base.visits / args.dataset / args.seeds:>6.1f}"
                 + f"  {base.over_budget:>11}  {base.short:>5}"
             )
-        for L in latencies:
-            ours = ledgers[family, share, G, L, OURS].per_group(G, L)
+        for L, checked in ((L, checked) for checked in CHECKED for L in latencies if checked in names):
+            ours = ledgers[family, share, G, L, checked].per_group(G, L)
             refill = ledgers[family, share, G, L, "DAPO refill"].per_group(G, L)
             ok = ours <= refill
             failures += not ok
             print(
-                f"{'PASS' if ok else 'FAIL'}  {OURS} {ours / G:.2f}x G <= DAPO refill {refill / G:.2f}x G at L={L:g}"
+                f"{'PASS' if ok else 'FAIL'}  {checked} {ours / G:.2f}x G <= DAPO refill {refill / G:.2f}x G "
+                f"at L={L:g}"
             )
         for name in names:
             over = ledgers[family, share, G, latencies[0], name].over_budget
