@@ -13,18 +13,22 @@ Per run, from the record's cumulative per-step counters (`ablation.PER_STEP_COLU
 steps (the first step of a pipelined run screens within itself, with nothing carried): generation calls per step, CPU
 seconds of the training process per step (held-out evaluations excluded; the pipelined arm's extra no-grad forward
 pass over its rows included) and the longest-completion decode tokens per step; over the whole run, completions per
-informative group. Then a modelled GPU time per step with the planner's round-cost model
-(`trl_dapo_ext.dynamic_sampling.round_cost`): a call costs a fixed latency ``L`` (the wait for its longest
-completion, weight sync, reward start-up; ``dynamic_sampling_round_latency``'s default) plus one per completion, in
-completion-equivalents. On the mixed task completions are at most 6 tokens and every arm generates GRPO's
-completions per step, so the model reduces to counting calls.
+informative group. Then a modelled GPU time per step, two ways (`run_costs`): decode-bound, where a call costs its
+prefill plus the decode of its longest completion whatever its batch size (a batched call below saturation), and the
+planner's round-cost model (`trl_dapo_ext.dynamic_sampling.round_cost`: ``dynamic_sampling_round_latency``'s default
+per call plus one per completion). On the mixed task completions are at most 6 tokens and every arm generates GRPO's
+completions per step, so both reduce to counting calls.
 
     PYTHONPATH=. python benchmarks/pipeline_cost.py --output runs/pipeline_cost            # 3 seeds x arms 3 9 10
     PYTHONPATH=. python benchmarks/pipeline_cost.py --output runs/pipeline_cost --save benchmarks/results
     PYTHONPATH=. python benchmarks/pipeline_cost.py --table benchmarks/results/pipeline_cost.json  # the table again
 
 ``--save DIR`` writes ``DIR/pipeline_cost.json`` (the records, without their accuracy curves) and
-``DIR/pipeline_cost.md`` (the table, which docs/dynamic-sampling.md quotes).
+``DIR/pipeline_cost.md`` (the table, which docs/dynamic-sampling.md quotes); with ``--breakdown`` (the arms' CPU time
+per step split by part, on the first seed, in runs with process-time meters around the trainer's methods),
+``DIR/pipeline_cost_breakdown.md``.
+
+    PYTHONPATH=. python benchmarks/pipeline_cost.py --output runs/breakdown --breakdown --seeds 0 --save benchmarks/results
 """
 
 from __future__ import annotations
@@ -43,6 +47,13 @@ ARMS = [REFERENCE_ARM, 9, 10]
 SEEDS = [0, 1, 2]
 BUDGET = 64_000  # the ablation's default budget: 500 GRPO steps of 16 prompts x 8
 SKIP = 10
+# The arms as this comparison names them (ablation.py's names are steps of DAPO's cumulative table).
+NAMES = {
+    1: "GRPO as TRL documents it",
+    3: "GRPO with DAPO's loss and clip-higher (reference)",
+    9: "screening k=4 at GRPO's budget, within the step",
+    10: "pipelined screening k=4 at GRPO's budget",
+}
 TASK = "mixed"
 # What a record keeps in the saved results file: the cost counters, not the accuracy curves.
 KEPT = (
@@ -90,10 +101,17 @@ def steady_costs(record: dict, skip: int = SKIP) -> dict[str, float]:
 
 
 def run_costs(record: dict, latency: float, skip: int = SKIP) -> dict[str, float]:
-    """`steady_costs`, completions per informative group (whole run) and the modelled GPU time per step."""
+    """`steady_costs`, completions per informative group (whole run) and the modelled GPU time per step, two ways:
+
+    * ``decode_bound``: a call costs its prefill (one forward step over short prompts) plus the decode of its longest
+      completion (the record's ``decode_steps`` add each call's longest), whatever its batch size: a batched call on
+      a GPU below saturation;
+    * ``round_cost``: the planner's model, ``latency`` per call plus one per completion (completion-equivalents).
+    """
     costs = steady_costs(record, skip)
     costs["per_informative_group"] = record["completions"] / record["informative_groups"]
-    costs["modelled_gpu"] = latency * costs["generation_calls"] + costs["completions"]
+    costs["decode_bound"] = costs["generation_calls"] + costs["decode_steps"]
+    costs["round_cost"] = latency * costs["generation_calls"] + costs["completions"]
     return costs
 
 
@@ -103,7 +121,6 @@ FORMATS = dict(
     cpu_s=".3f",
     per_informative_group=".1f",
     decode_steps=".1f",
-    modelled_gpu=".0f",
 )
 
 
@@ -122,20 +139,21 @@ def summary_table(results: dict) -> str:
     by = {(r["arm"], r["seed"]): run_costs(r, latency, skip) for r in runs}
     arms = sorted({r["arm"] for r in runs}, key=lambda a: (a != REFERENCE_ARM, a))
     seeds = sorted({r["seed"] for r in runs})
-    names = {r["arm"]: r["arm_name"] for r in runs}
+    names = {r["arm"]: NAMES.get(r["arm"], r["arm_name"]) for r in runs}
     machines = sorted({(r["machine"]["cpu"], r["machine"]["cores"], r["machine"]["kernel_path"]) for r in runs})
     lines = [
         f"Task {plan['task']}, budget {plan['budget']:,} generated completions per run "
         f"({plan['demo']['prompts_per_step']} prompts x {plan['demo']['num_generations']} per step), seeds "
         f"{', '.join(map(str, seeds))}; per-step costs after the first {skip} steps; mean over seeds (range); "
-        f"ratios to arm {REFERENCE_ARM} on the same seed. Modelled GPU time: {latency:g} per call + 1 per "
-        "completion (the planner's round-cost model, completion-equivalents).",
+        f"ratios to arm {REFERENCE_ARM} on the same seed. Modelled GPU time per step, decode-bound: each call costs its "
+        "prefill (1) plus the decode steps of its longest completion; round-cost: the planner's model, "
+        f"{latency:g} per call plus 1 per completion.",
         f"Machine: {'; '.join(f'{cpu}, {cores} cores, kernel path {path}' for cpu, cores, path in machines)}; one "
         "torch thread, one run at a time, shared with other work (CPU seconds are the run's process time).",
         "",
         "| arm | optimizer steps | completions per step | generation calls per step | CPU s per step "
-        "| CPU vs GRPO | completions per informative group | decode tokens per step | modelled GPU time per step "
-        "| modelled GPU vs GRPO |",
+        "| CPU vs GRPO | completions per informative group | longest-completion decode steps per step "
+        "| modelled GPU vs GRPO: decode-bound | round-cost |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     steps = {(r["arm"], r["seed"]): r["optimizer_steps"] for r in runs}
@@ -145,12 +163,12 @@ def summary_table(results: dict) -> str:
         cells = {key: _cell([by[arm, s][key] for s in mine], fmt) for key, fmt in FORMATS.items()}
         ratios = {
             key: _cell([by[arm, s][key] / by[REFERENCE_ARM, s][key] for s in paired], ".2f") if paired else "-"
-            for key in ("cpu_s", "modelled_gpu")
+            for key in ("cpu_s", "decode_bound", "round_cost")
         }
         lines.append(
             f"| {arm} {names[arm]} | {_cell([steps[arm, s] for s in mine], '.0f')} | {cells['completions']} "
             f"| {cells['generation_calls']} | {cells['cpu_s']} | {ratios['cpu_s']} | {cells['per_informative_group']} "
-            f"| {cells['decode_steps']} | {cells['modelled_gpu']} | {ratios['modelled_gpu']} |"
+            f"| {cells['decode_steps']} | {ratios['decode_bound']} | {ratios['round_cost']} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -248,6 +266,13 @@ def kept(record: dict) -> dict[str, Any]:
     return {key: record[key] for key in KEPT if key in record}
 
 
+def dump(saved: dict) -> str:
+    """The saved results as JSON, one line per run (the per-step counters make a run long)."""
+    runs = ",\n  ".join(json.dumps(r) for r in saved["runs"])
+    head = json.dumps({key: value for key, value in saved.items() if key != "runs"})[:-1]
+    return f'{head}, "runs": [\n  {runs}\n]}}\n'
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output", type=Path, help="the ablation folder: warm starts, runs, results.json")
@@ -279,7 +304,11 @@ def main(argv: list[str] | None = None) -> int:
         print(summary_table(json.loads(ns.table.read_text())), end="")
         return 0
     if ns.breakdown:
-        print(breakdown(ns.output, ns.arms, ns.seeds[0], ns.budget), end="")
+        table = breakdown(ns.output, ns.arms, ns.seeds[0], ns.budget)
+        print(table, end="")
+        if ns.save is not None:
+            ns.save.mkdir(parents=True, exist_ok=True)
+            (ns.save / "pipeline_cost_breakdown.md").write_text(table)
         return 0
     # One evaluation, at the end: the accuracies are not what this measures, and evaluations are left out of the
     # CPU and wall time anyway.
@@ -293,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table, end="")
     if ns.save is not None:
         ns.save.mkdir(parents=True, exist_ok=True)
-        (ns.save / "pipeline_cost.json").write_text(json.dumps(saved, indent=1) + "\n")
+        (ns.save / "pipeline_cost.json").write_text(dump(saved))
         (ns.save / "pipeline_cost.md").write_text(table)
     return 1 if failures else 0
 

@@ -49,7 +49,8 @@ def test_costs_per_step_leave_out_the_first_steps_and_ratios_pair_seeds():
     ]
     costs = bench.run_costs(runs[2], latency=16.0, skip=4)
     assert costs["generation_calls"] == 1.0 and costs["cpu_s"] == pytest.approx(1.2)
-    assert costs["per_informative_group"] == 128 * 14 / 8 and costs["modelled_gpu"] == 16.0 + 128
+    assert costs["per_informative_group"] == 128 * 14 / 8 and costs["round_cost"] == 16.0 + 128
+    assert costs["decode_bound"] == 1 + 5  # a prefill and the 5 decode steps of the call's longest completion
     table = bench.summary_table(dict(plan=plan, latency=16.0, skip=4, runs=runs))
     row = next(line for line in table.splitlines() if line.startswith("| 10 "))
     assert "| 1.00 (1.00-1.00) |" in row  # one call a step after the first 4
@@ -67,3 +68,31 @@ def test_the_docs_quote_the_saved_results():
     page = (ROOT / "docs" / "dynamic-sampling.md").read_text()
     assert table.strip() in page, "docs/dynamic-sampling.md does not quote benchmarks/results/pipeline_cost.md whole"
     assert {r["seed"] for r in saved["runs"]} == {0, 1, 2} and saved["plan"]["task"] == "mixed"
+    breakdown = (RESULTS / "pipeline_cost_breakdown.md").read_text()
+    rows = breakdown[breakdown.index("| arm |") : breakdown.index("\n\n*")]
+    assert rows in page, "docs/dynamic-sampling.md does not quote benchmarks/results/pipeline_cost_breakdown.md"
+
+
+def test_the_docs_figures_are_the_saved_tables():
+    """The prose's figures (calls, CPU ratios, completions per informative group, modelled GPU) are the table's."""
+    page = (ROOT / "docs" / "dynamic-sampling.md").read_text()
+    section = page[page.index("### Pipelined screening") : page.index("## Prompt-history skipping")]
+    section = " ".join(section.replace("\n  ", " ").split())  # the prose's line breaks and list indents
+    rows = {line.split(" | ")[0][2:4].strip(): line.split(" | ") for line in _table(RESULTS / "pipeline_cost.md")}
+    pipelined, within = rows["10"], rows["9"]
+    first = lambda cell: cell.split(" ")[0]  # noqa: E731  (the mean, before the range)
+    assert f"**Generation calls: {first(pipelined[3])} per step**" in section
+    assert f"Screening within the step made {float(first(within[3])):.1f} calls per step" in section
+    assert (
+        f"**CPU time: {first(pipelined[5])} times GRPO's** ({pipelined[5].split('(')[1].rstrip(')')} over seeds"
+        in section
+    )
+    assert f"costs about the same, {first(within[5])} times" in section
+    assert f"**Completions per informative group: {first(pipelined[6])} for pipelined screening**" in section
+    assert f"against {first(within[6])} for screening within the step and {first(rows['3'][6])} for GRPO" in section
+    assert f"screening within the step {first(within[8])} times" in section
+    assert f"or {first(within[9])} times (round-cost)" in section
+
+
+def _table(path: Path) -> list[str]:
+    return [line for line in path.read_text().splitlines() if line.startswith("| ") and not line.startswith("| arm")]
