@@ -62,7 +62,7 @@ def test_costs_per_step_leave_out_the_first_steps_and_ratios_pair_seeds():
 def test_the_docs_quote_the_saved_results():
     """benchmarks/results/pipeline_cost.md is what the records beside it give, and docs/dynamic-sampling.md quotes
     its table whole."""
-    saved = json.loads((RESULTS / "pipeline_cost.json").read_text())
+    saved = _saved()
     table = (RESULTS / "pipeline_cost.md").read_text()
     assert table == bench.summary_table(saved), "stale benchmarks/results/pipeline_cost.md"
     page = (ROOT / "docs" / "dynamic-sampling.md").read_text()
@@ -90,8 +90,31 @@ def test_the_docs_figures_are_the_saved_tables():
     assert f"costs about the same, {first(within[5])} times" in section
     assert f"**Completions per informative group: {first(pipelined[6])} for pipelined screening**" in section
     assert f"against {first(within[6])} for screening within the step and {first(rows['3'][6])} for GRPO" in section
+    costs = {(r["arm"], r["seed"]): bench.run_costs(r, 16.0)["per_informative_group"] for r in _saved()["runs"]}
+    seeds = ", ".join(f"{costs[10, s]:.1f} against {costs[9, s]:.1f}" for s in (0, 1, 2))
+    assert f"on every seed (seeds 0, 1, 2: {seeds})" in section
+    assert all(costs[10, s] <= costs[9, s] for s in (0, 1, 2))
     assert f"screening within the step {first(within[8])} times" in section
     assert f"or {first(within[9])} times (round-cost)" in section
+
+
+def test_the_docs_breakdown_figures_are_the_saved_breakdown():
+    """The prose under the breakdown table: the extra pass, its share of GRPO's step, the collector's extra time,
+    screening's extra generation time, and the pipelined step without the pass, from the saved rows."""
+    page = (ROOT / "docs" / "dynamic-sampling.md").read_text()
+    prose = " ".join(page[page.index("Pipelined screening's extra time is") :].split())
+    rows = [line.strip("| ").split(" | ") for line in _table(RESULTS / "pipeline_cost_breakdown.md")]
+    table = {row[0]: [float(cell) for cell in row[1:]] for row in rows}  # steps, generate, ... total
+    grpo, within = table["3"], table["9"]
+    _, _, old_logps, collect, _, _, total = table["10"]
+    assert f"the extra forward pass ({old_logps:.0f} ms a step, {old_logps / grpo[6]:.0%} of GRPO's step)" in prose
+    assert f"the collector's bookkeeping ({collect - grpo[3]:.0f} ms)" in prose
+    assert f"pays {within[1] - grpo[1]:.0f} ms more of it" in prose
+    assert f"about {(total - old_logps) / grpo[6]:.2f} times GRPO's" in prose
+
+
+def _saved() -> dict:
+    return json.loads((RESULTS / "pipeline_cost.json").read_text())
 
 
 def _table(path: Path) -> list[str]:
