@@ -62,6 +62,7 @@ from ablation_tasks import TASKS, completion_tokens, task_settings  # noqa: E402
 from trl_dapo_ext.cli.demo import DemoSettings  # noqa: E402  (light: the demo imports torch and TRL lazily)
 
 RESULTS = "results.json"
+PER_STEP_COLUMNS = ("completions", "generation_calls", "decode_steps", "cpu_s", "wall_s")  # a record's per_step
 TABLE = "results.md"
 PLOT = "ablation.png"
 
@@ -282,6 +283,9 @@ def _budget_callback(budget: int, eval_every: int, trainer, evaluate_now: Callab
             self.next_eval = eval_every
             self.eval_seconds = self.eval_cpu = 0.0
             self.completions_before_last_step = 0
+            # [completions, generation calls, decode steps, CPU s, wall s] at each step's end, cumulative and
+            # evaluations excluded: steady-state costs per step (benchmarks/pipeline_cost.py)
+            self.per_step: list[list[float]] = []
 
         def on_train_begin(self, args, state, control, **kwargs):
             self.started, self.cpu_started = time.perf_counter(), time.process_time()
@@ -305,6 +309,8 @@ def _budget_callback(budget: int, eval_every: int, trainer, evaluate_now: Callab
 
         def on_step_end(self, args, state, control, **kwargs):
             completions = trainer.generated_completions
+            wall, cpu = self.training_seconds()
+            self.per_step.append([completions, meter.calls, meter.decode_steps, round(cpu, 4), round(wall, 4)])
             if completions >= budget or completions >= self.next_eval:
                 self.point(state.global_step)
                 while self.next_eval <= completions:  # a large dynamic-sampling step can pass several
@@ -399,6 +405,7 @@ def train_arm(output: str, arm: int, seed: int, plan: dict, jobs: int) -> dict:
         generation_calls=meter.calls,
         generation_calls_logged=total(N.DYNAMIC_SAMPLING_ROUNDS) or len(logs),
         decode_steps=meter.decode_steps,
+        per_step=dict(columns=list(PER_STEP_COLUMNS), values=budget.per_step),
         wall_s=training_wall,
         cpu_s=training_cpu,
         eval_s=budget.eval_seconds,

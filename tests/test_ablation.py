@@ -270,6 +270,16 @@ def test_smoke_run_of_the_scratchpad_task_records_tokens_calls_and_cpu_time(tmp_
         assert curve[-1]["generation_calls"] == record["generation_calls"]
         for axis in GENERATION_KEYS:
             assert [p[axis] for p in curve] == sorted(p[axis] for p in curve)
+        # the per-step counters, one row per optimizer step, end at the record's totals (benchmarks/pipeline_cost.py)
+        per_step = record["per_step"]
+        assert per_step["columns"][:3] == ["completions", "generation_calls", "decode_steps"]
+        assert len(per_step["values"]) == record["optimizer_steps"]
+        assert per_step["values"][-1][:3] == [
+            record["completions"],
+            record["generation_calls"],
+            record["decode_steps"],
+        ]
+        assert per_step["values"][-1][3] == pytest.approx(record["cpu_s"], abs=0.05)
         for point in curve:
             by_class = point["accuracy_by_class"]
             assert list(by_class) == list(SCRATCHPAD.classes)
