@@ -137,6 +137,8 @@ class StubTrainer:
         scored = ScoredRound(rewards, [[1]] * len(rows), lengths=ones, truncated=torch.zeros_like(ones, dtype=bool))
         return {"completion_ids": ones[:, None]}, scored
 
+    carried_logps_only = True  # as DAPOTrainer on one process
+
     def _record_old_logps(self, output: dict[str, Any]) -> None:
         pass  # pipelined screening's log-probabilities: no model here, and they steer no decision
 

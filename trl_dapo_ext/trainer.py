@@ -9,7 +9,7 @@ which calls ``super()`` (no TRL code is copied). Every private TRL name it relie
 from __future__ import annotations
 
 import inspect
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import torch
@@ -228,10 +228,10 @@ class DAPOTrainer(GRPOTrainer):
         return output, self._last_round
 
     def _record_old_logps(self, output: dict[str, Any]) -> None:
-        """Pipelined screening: the round's ``old_per_token_logps`` under the policy that generated it, when TRL
-        skipped them (on-policy it reads the loss pass's own, detached). A carried probe row is trained one step
-        later, against these; every other row needs the key too (one batch, one set of keys). One no-grad forward
-        pass over the round's rows that plain GRPO does not make."""
+        """Pipelined screening: ``old_per_token_logps`` of ``output``'s rows under the policy that generated them,
+        when TRL skipped them (on-policy it reads the loss pass's own, detached). A carried probe row is trained one
+        step later, against these. One no-grad forward pass that plain GRPO does not make: over the carried rows
+        alone where every process may run its own (`carried_logps_only`), else over each pipelined round."""
         if output.get("old_per_token_logps") is not None:
             return
         input_ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
@@ -245,6 +245,16 @@ class DAPOTrainer(GRPOTrainer):
                 batch_size=self.args.per_device_train_batch_size,
             )
         output["old_per_token_logps"] = logps
+
+    @property
+    def carried_logps_only(self) -> bool:
+        """Whether pipelined screening computes old log-probabilities for its carried rows alone, marking the other
+        rows `assembly.ON_POLICY` for `compute_loss` to fill. Not where a forward pass is collective (ZeRO-3, FSDP:
+        the processes carry different numbers of rows) nor with Liger's loss, which reads them itself."""
+        sharded = self.is_fsdp_enabled or (
+            self.is_deepspeed_enabled and self.accelerator.state.deepspeed_plugin.zero_stage == 3
+        )
+        return not (sharded or self.args.use_liger_kernel)
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, torch.Tensor | Any]:
         if self.model.training:  # TRL makes one generation batch per steps_per_generation * num_iterations
@@ -331,13 +341,44 @@ class DAPOTrainer(GRPOTrainer):
             inputs = {**inputs, "advantages": inputs["advantages"] * scale}
             self.beta = beta * float(scale)
         try:
-            loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            with self._on_policy_rows_filled(inputs) as inputs:
+                loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         finally:
             self.beta = beta
         loss_mask = inputs["completion_mask"] * inputs.get("tool_mask", 1)
         if int(self.accelerator.gather(loss_mask.sum().reshape(1)).sum()) == 0:  # no loss token on any process
             blank_token_means(metrics, marks)
         return loss
+
+    @contextmanager
+    def _on_policy_rows_filled(self, inputs: dict[str, Any]):
+        """Yield ``inputs`` (a new dict when it holds `assembly.ON_POLICY` rows) for TRL's loss, in which those rows'
+        old log-probabilities are the loss pass's own, detached: TRL's loss computes the policy's per-token
+        log-probabilities, then reads ``old_per_token_logps``, so the first computation fills them. The marked
+        rows' ratio is then 1, as on an on-policy batch (`tests/test_pipeline.py` checks it for every loss type)."""
+        old = inputs.get("old_per_token_logps")
+        if old is None or not bool(torch.isnan(old).any()):
+            yield inputs
+            return
+        inputs = dict(inputs)  # TRL reuses the buffered micro-batch (num_iterations > 1): leave it marked
+        compute = self._get_per_token_logps_and_entropies
+        patched = "_get_per_token_logps_and_entropies" in vars(self)  # already replaced on the instance (tests)
+
+        def filling(*args, **kwargs):
+            logps, *rest = compute(*args, **kwargs)
+            marked = inputs["old_per_token_logps"]
+            inputs["old_per_token_logps"] = torch.where(torch.isnan(marked), logps.detach(), marked)
+            self._get_per_token_logps_and_entropies = compute  # only the loss pass's own computation fills
+            return (logps, *rest)
+
+        self._get_per_token_logps_and_entropies = filling
+        try:
+            yield inputs
+        finally:
+            if patched:
+                self._get_per_token_logps_and_entropies = compute
+            else:
+                del self._get_per_token_logps_and_entropies  # back to the class's method
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         with self._timed("update"):  # forward and backward; nested rollout sections are charged to themselves

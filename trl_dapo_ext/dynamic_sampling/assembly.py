@@ -39,6 +39,8 @@ COMPLETION_KEYS: dict[str, float | int | None] = {
     "importance_sampling_ratio": 1.0,
     "tool_mask": 1,  # TRL pads tool_mask with 1: padding is excluded by completion_mask
 }
+# An old log-probability to be read from the loss pass itself (detached), as TRL does for an on-policy batch.
+ON_POLICY = float("nan")
 ROW_KEYS = ("advantages",)
 SCALAR_KEYS = ("num_items_in_batch",)
 # Ours, not TRL's: put into a batch that holds masked fill rows when the loss type divides by its rows (a 0-dim tensor,
@@ -89,12 +91,16 @@ def select_rows(batch: dict[str, Any], rows: torch.Tensor) -> dict[str, Any]:
 
 
 def concat_rows(batches: Sequence[dict[str, Any]], pad_token_id: int) -> dict[str, Any]:
-    """Concatenate row-selected batches, re-padding prompt keys on the left and completion keys on the right."""
+    """Concatenate row-selected batches, re-padding prompt keys on the left and completion keys on the right.
+
+    Old log-probabilities may be missing from some batches only: their rows are on-policy and get `ON_POLICY`
+    (pipelined screening keeps them for its carried rows alone; `DAPOTrainer.compute_loss` fills the marked rows)."""
     if not batches:
         raise ValueError("nothing to concatenate")
+    batches = _mark_on_policy(batches)
     keys = list(batches[0])
     for batch in batches[1:]:
-        if list(batch) != keys:
+        if set(batch) != set(keys):
             raise ValueError(f"rounds returned different keys: {keys} vs {list(batch)}")
     merged = {}
     for key in keys:
@@ -106,6 +112,22 @@ def concat_rows(batches: Sequence[dict[str, Any]], pad_token_id: int) -> dict[st
         else:
             merged[key] = torch.cat(tensors, dim=0)
     return merged
+
+
+def _mark_on_policy(batches: Sequence[dict[str, Any]]) -> Sequence[dict[str, Any]]:
+    """Where some batches hold ``old_per_token_logps`` and others not, give the others `ON_POLICY` rows."""
+    key = "old_per_token_logps"
+    if all(key in batch for batch in batches) or not any(key in batch for batch in batches):
+        return batches
+    return [
+        batch
+        if key in batch
+        else {
+            **batch,
+            key: torch.full(batch["completion_ids"].shape, ON_POLICY, device=batch["completion_ids"].device),
+        }
+        for batch in batches
+    ]
 
 
 def _pad_and_cat(tensors: list[torch.Tensor], value: float | int, side: str) -> torch.Tensor:

@@ -310,6 +310,8 @@ class ScreeningCollector(BatchCollector):
             logs = self.round_logs if trainer.log_completions else None
             pad_token_id, process_index = trainer._tokenizer.pad_token_id, trainer.accelerator.process_index
             self.sampler.carried = carry_round(carried, self.cycle, pad_token_id, logs, process_index)
+            if trainer.carried_logps_only:  # trained next step, against this policy's log-probabilities
+                trainer._record_old_logps(self.sampler.carried.rows.output)
             # Last resort fill material: a carried probe, repeated and masked here, is trained on next step.
             self.fill_pool.extend(probe.as_fill_group(self.num_generations) for probe in carried)
 
@@ -533,7 +535,7 @@ class ScreeningCollector(BatchCollector):
             output, scored = trainer._scored_round(rows)
         finally:
             trainer.num_generations = self.num_generations
-        if self.pipeline:  # a carried row is trained next step: its log-probabilities are this policy's
+        if self.pipeline and not trainer.carried_logps_only:  # every row: a carried one is trained next step
             trainer._record_old_logps(output)
         return output, scored
 
