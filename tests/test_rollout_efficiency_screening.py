@@ -4,6 +4,7 @@ right shape and the budget invariants hold. Never a gain: a few steps of a tiny 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import subprocess
 import sys
@@ -134,3 +135,100 @@ def test_the_documented_screening_cost_is_recomputed():
     mean, half = screening_cost.interval(costs)
     page = (ROOT / "docs" / "dynamic-sampling.md").read_text()
     assert f"{mean:.2f} G (95% interval {mean - half:.2f}-{mean + half:.2f}" in page
+
+
+def _load_tables_script():
+    """docs/scripts/screening_tables.py as a module (registered first, as its dataclass needs)."""
+    spec = importlib.util.spec_from_file_location("docs_screening_tables", ROOT / "docs/scripts/screening_tables.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+tables = _load_tables_script()
+SAVED = tables.RESULTS_PATH.read_text()
+PAGE = tables.PAGE_PATH.read_text()
+
+
+def test_the_tables_script_reads_every_cell_of_the_saved_sweep():
+    cells = tables.parse(SAVED)
+    assert [(cell.family, cell.G) for cell in cells] == [
+        (family, G) for family in bench.FAMILIES for _ in bench.SHARES for G in bench.GROUP_SIZES
+    ]
+    for cell in cells:
+        assert set(cell.rows) == set(bench.SCREEN_STRATEGIES), cell.name
+        assert set(cell.checks) == {(name, L) for name in bench.CHECKED for L in (0, 16, 64)}, cell.name
+        for (name, L), passed in cell.checks.items():  # the printed costs agree with the sweep's own verdicts
+            assert passed == (cell.cost(name, L) <= cell.cost("DAPO refill", L)), (cell.name, name, L)
+    with pytest.raises(ValueError, match="no screening cells"):
+        tables.parse("nothing here\n")
+    with pytest.raises(ValueError, match="values under"):
+        tables.parse(SAVED.replace("GRPO                          1.26", "GRPO                          ", 1))
+
+
+def test_the_docs_quote_the_saved_sweeps_tables():
+    """docs/dynamic-sampling.md's screening tables are what benchmarks/results/rollout_efficiency_screening.txt
+    gives, verbatim."""
+    for name, table in tables.tables(SAVED).items():
+        assert table in PAGE, f"docs/dynamic-sampling.md's {name} table is stale: run docs/scripts/screening_tables.py"
+    assert tables.updated_page(PAGE, SAVED) == PAGE
+
+
+def _span(values: list[float], digits: int) -> str:
+    return f"{min(values):.{digits}f}-{max(values):.{digits}f}"
+
+
+def test_the_docs_prose_quotes_the_saved_sweeps_figures():
+    """Every figure "What the sweep shows" and "When to use which" quote, recounted from the saved output."""
+    cells, ours, pipelined, fill = tables.parse(SAVED), tables.OURS, tables.PIPELINED, tables.PIPELINED_FILL
+    n, page = len(cells), " ".join(PAGE.split())  # the prose wraps anywhere
+
+    def dearer(strategy: str, other: str, latency: int) -> int:
+        return tables.dearer(cells, strategy, other, latency)
+
+    def rounds(strategy: str) -> list[float]:
+        return [cell.rows[strategy]["rounds/step"] for cell in cells]
+
+    def visits(strategy: str, budget: str) -> list[float]:
+        return [round(cell.rows[strategy]["epochs"] / cell.rows[budget]["epochs"], 1) for cell in cells]
+
+    (half,) = [cell for cell in cells if cell.name == "atoms 50% zv, G=8"]
+    low = [cell for cell in cells if " 20% " in cell.name]
+    checks = [passed for cell in cells for (name, _), passed in cell.checks.items() if name == ours]
+    pipelined_checks = [passed for cell in cells for (name, _), passed in cell.checks.items() if name == pipelined]
+    assert all(pipelined_checks)
+    assert {dearer(pipelined, "GRPO", L) for L in (0, 16, 64)} == {1}
+    assert dearer(fill, pipelined, 0) == n
+    lead = [round(cell.cost(pipelined, 0) - cell.cost(ours, 0), 2) for cell in cells]
+    saving = [round(100 * (1 - cell.cost(ours, 0) / cell.cost("GRPO", 0))) for cell in low]
+    fill_visits, skip_visits = (
+        visits("ours fill k=2", "ours budget k=2"),
+        visits("ours fill+skip k=2", "ours budget+skip k=2"),
+    )
+    quoted = [
+        f"at 50% and G = 8, {half.cost(ours, 0):.2f} G (k = 4) against GRPO's {half.cost('GRPO', 0):.2f} G and "
+        f"refill's {half.cost('DAPO refill', 0):.2f} G",
+        f"({_span(rounds(ours), 1)} at k = 4)",
+        f"at L = 64 ours k = 4 is dearer than refill in {dearer(ours, 'DAPO refill', 64)} of {n} cells and than GRPO "
+        f"in {dearer(ours, 'GRPO', 64)}, and at L = 16 it is dearer than refill in {dearer(ours, 'DAPO refill', 16)} "
+        f"and than GRPO in {dearer(ours, 'GRPO', 16)}.",
+        f"the fixed budget makes {_span(rounds(pipelined), 2)} rounds per step",
+        f"no dearer in all {len(pipelined_checks)} checks, where within the step k = 4 fails {checks.count(False)}.",
+        f"It is dearer than GRPO in 1 of {n} cells",
+        f"from {-min(lead):.2f} G less to {max(lead):.2f} G more",
+        f"trains 32 groups every step at {_span(rounds(fill), 2)} rounds per step",
+        f"dearer than the pipelined fixed budget in all {n} cells, and than refill in "
+        f"{dearer(fill, 'DAPO refill', 0)} at L = 0 and in {dearer(fill, 'DAPO refill', 64)} at L = 64.",
+        f"({half.cost('ours budget+skip k=2', 0):.2f} G with k = 2 at 50% / G = 8, atoms)",
+        f"with k = 4 it is {half.cost('ours budget+skip k=4', 0):.2f} G.",
+        f"makes {_span(fill_visits, 1)} times as many prompt visits as the fixed budget "
+        f"with the same k ({_span(skip_visits, 1)} with skipping), and is "
+        f"dearer than it in {dearer('ours fill k=2', 'ours budget k=2', 0)} of {n} cells "
+        f"({dearer('ours fill+skip k=2', 'ours budget+skip k=2', 0)} of {n} with skipping).",
+        f"({half.cost(ours, 0):.2f} G against {half.cost('GRPO', 0):.2f} G at 50% / G = 8 with k = 4)",
+        f"{min(saving)}-{max(saving)}% here with k = 4",
+        f"goes through the data {_span(fill_visits + skip_visits, 1)} times faster",
+    ]
+    missing = [phrase for phrase in quoted if phrase not in page]
+    assert not missing, f"docs/dynamic-sampling.md's prose does not quote the saved sweep: {missing}"
