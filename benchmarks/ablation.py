@@ -57,7 +57,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from ablation_tasks import TASKS, completion_tokens, task_settings  # noqa: E402  (beside this script)
+from ablation_tasks import TASKS, task_settings  # noqa: E402  (beside this script)
 
 from trl_dapo_ext.cli.demo import DemoSettings  # noqa: E402  (light: the demo imports torch and TRL lazily)
 
@@ -222,16 +222,25 @@ def warm_start_seed(output: str, seed: int, plan: dict) -> dict:
     settings = DemoSettings(**{**plan_.demo, "output_dir": str(folder), "seed": seed})
     splits = task_splits(plan_.task, settings, plan_.held_out_per_class)
     tokenizer, model = build_tokenizer_and_model(settings.model_size, seed)
-    started = time.perf_counter()
-    sft_steps = warm_start(model, tokenizer, splits.sft_rows, settings)
+    started, checks = time.perf_counter(), []
+    sft_steps = warm_start(
+        model,
+        tokenizer,
+        splits.sft_rows,
+        settings,
+        check_rows=splits.check_rows or None,
+        on_check=lambda step, accuracy: checks.append([step, accuracy]),
+    )
     seconds = time.perf_counter() - started
-    tokens = completion_tokens(plan_.task)
-    before = evaluate_by_class(model, tokenizer, splits.held_out, settings.eval_samples, seed, math_reward, tokens)
+    before = evaluate_by_class(
+        model, tokenizer, splits.held_out, settings.eval_samples, seed, math_reward, settings.completion_tokens
+    )
     save_model(model, str(folder / "model.safetensors"))  # the embedding and the output layer are tied: one tensor
     info = dict(
         seed=seed,
         sft_steps=sft_steps,
         sft_seconds=seconds,
+        sft_checks=checks,  # [step, greedy accuracy on the target's check problems] at each check
         accuracy_before=before["overall"],
         accuracy_before_by_class=before["by_class"],
         demo=plan_.demo,
@@ -334,7 +343,7 @@ def train_arm(output: str, arm: int, seed: int, plan: dict, jobs: int) -> dict:
     plain_steps = math.ceil(plan_.budget / per_step)  # arm 1's steps: the lr schedule's length
     settings = DemoSettings(**{**plan_.demo, "output_dir": str(folder.parent), "seed": seed, "rl_steps": plain_steps})
     splits = task_splits(plan_.task, settings, plan_.held_out_per_class)
-    tokens = completion_tokens(plan_.task)
+    tokens = settings.completion_tokens
     held_out, rl_rows = splits.held_out, splits.rl_rows
     tokenizer, model = build_tokenizer_and_model(settings.model_size, seed)
     load_model(model, str(warm_dir(Path(output), seed) / "model.safetensors"))
@@ -352,7 +361,6 @@ def train_arm(output: str, arm: int, seed: int, plan: dict, jobs: int) -> dict:
         # Refill reaches the budget in fewer steps; screening and the fixed budget can spend less than a plain step
         # (a prompt dropped after its probes costs k completions), so they may take more: this cap never stops a run.
         max_steps=plain_steps * 4,
-        max_completion_length=tokens,
     )
 
     def evaluate_now() -> dict:
@@ -447,7 +455,7 @@ def check_task_seed(output: str, seed: int, plan: dict, prompts_per_class: int) 
     load_model(model, str(folder / "model.safetensors"))
     started = time.process_time()
     groups = warm_start_groups(
-        model, tokenizer, sample, settings.num_generations, seed, math_reward, completion_tokens(plan_.task)
+        model, tokenizer, sample, settings.num_generations, seed, math_reward, settings.completion_tokens
     )
     return dict(
         seed=seed,

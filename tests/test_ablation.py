@@ -121,6 +121,26 @@ def test_the_scratchpad_task_grows_in_length_with_difficulty_and_keeps_held_out_
     ]  # fmt: skip
 
 
+def test_the_scratchpad_warm_start_stops_at_a_target_on_unseen_problems_of_the_hardest_class():
+    # The target is greedy accuracy on problems of the hardest class that no split holds (never trained on, never
+    # held out), generated at the task's completion length: a scratchpad's answer comes after its columns.
+    from ablation_tasks import SCRATCHPAD, task_settings, task_splits
+
+    from trl_dapo_ext.cli.demo import DemoSettings
+
+    settings = DemoSettings(**task_settings("scratchpad"))
+    assert settings.completion_tokens == SCRATCHPAD.completion_tokens > DemoSettings.completion_tokens
+    assert 0 < settings.warm_start_target < 0.5 and settings.sft_steps == SCRATCHPAD.sft_steps
+    splits = task_splits("scratchpad", settings)
+    hardest = list(SCRATCHPAD.classes)[-1]
+    assert len(splits.check_rows) == settings.sft_check_problems == SCRATCHPAD.check_problems
+    assert {r["class"] for r in splits.check_rows} == {hardest}
+    others = {r["prompt"] for rows in (splits.held_out, splits.sft_rows, splits.rl_rows) for r in rows}
+    assert len({r["prompt"] for r in splits.check_rows} | others) == len(splits.check_rows) + len(others)
+    assert task_splits("scratchpad", settings) == splits  # seeded
+    assert task_settings("demo") == {} and task_splits("mixed", settings).check_rows == []
+
+
 def test_merging_runs_made_apart(tmp_path):
     plan = {"budget": 10}
     for name, runs in (("a", [{"arm": 1, "seed": 0}]), ("b", [{"arm": 1, "seed": 1}]), ("c", [{"arm": 1, "seed": 0}])):
