@@ -663,12 +663,18 @@ def task_check_table(check: dict) -> str:
     return "\n".join(lines)
 
 
+# Settings only the RL stage reads: a warm start made under other values of them is the same warm start.
+RL_ONLY_SETTINGS = ("learning_rate", "warmup_steps", "decay_steps")
+
+
 def _saved_warm_start(output: Path, seed: int, plan: Plan) -> bool:
-    """Whether ``DIR/warm/seedN`` holds a finished warm start of these settings (another one is refused)."""
+    """Whether ``DIR/warm/seedN`` holds a finished warm start of these settings, the RL stage's aside (a warm start
+    of other settings is refused)."""
     path = warm_dir(output, seed) / "warm.json"
     if not path.exists():
         return False
-    if json.loads(path.read_text()).get("demo") != plan.demo:
+    made = {k: v for k, v in (json.loads(path.read_text()).get("demo") or {}).items() if k not in RL_ONLY_SETTINGS}
+    if made != {k: v for k, v in plan.demo.items() if k not in RL_ONLY_SETTINGS}:
         raise SystemExit(f"{path.parent} holds a warm start made with other demo settings; use another --output")
     return True
 
@@ -1066,6 +1072,7 @@ class Options:
     smoke: bool = False
     task: str = "demo"
     check_task: int | None = None
+    learning_rate: float | None = None
 
 
 def parse(argv: list[str] | None) -> Options:
@@ -1116,8 +1123,24 @@ def parse(argv: list[str] | None) -> Options:
         help="train no arm: the task at each seed's warm start (benchmarks/protocol.md, task acceptance): GRPO's "
         "groups on PROMPTS RL prompts per class (default 250), held-out accuracy per class; DIR/task_check.json",
     )
+    parser.add_argument(
+        "--learning-rate",
+        type=float,
+        default=None,
+        help=f"the RL stage's lr for every arm (default the demo's, {DemoSettings().learning_rate:g}; "
+        "benchmarks/protocol.md's pilot picks it). A warm start made for another lr serves: copy DIR/warm",
+    )
     ns = parser.parse_args(argv)
-    options = Options(output=ns.output, jobs=ns.jobs, smoke=ns.smoke, task=ns.task, check_task=ns.check_task)
+    if ns.learning_rate is not None and not ns.learning_rate > 0:
+        parser.error("--learning-rate must be > 0")
+    options = Options(
+        output=ns.output,
+        jobs=ns.jobs,
+        smoke=ns.smoke,
+        task=ns.task,
+        check_task=ns.check_task,
+        learning_rate=ns.learning_rate,
+    )
     if ns.arms is not None:
         try:
             ns.arms = sorted({a for word in ns.arms for a in ARM_GROUPS.get(word, None) or [int(word)]})
@@ -1200,6 +1223,8 @@ def merge(output: Path, sources: Sequence[Path]) -> dict:
 def make_plan(options: Options) -> Plan:
     """What every run of these options shares: the task's demo settings, the budget, the evaluation grid."""
     settings = demo_settings(options.smoke, options.task)
+    if options.learning_rate is not None:
+        settings.learning_rate = options.learning_rate
     budget = options.budget or default_budget(settings)
     # 4,000 held-out problems of up to 23 tokens would make the smoke run's evaluations its largest cost
     smoke_held_out = SMOKE["scratchpad_held_out_per_class"]

@@ -170,6 +170,24 @@ def test_default_budget_is_what_arm_1_generates_in_the_demo():
     assert ablation.default_budget(DemoSettings()) == 500 * 16 * 8 == 64_000
 
 
+def test_learning_rate_flag_sets_the_rl_lr_and_a_warm_start_serves_every_lr(tmp_path, capsys):
+    # The protocol's lr pilot: one output folder per lr, each reusing the seed's warm start (the lr is an RL setting).
+    plan = ablation.make_plan(ablation.parse(["--output", "x", "--task", "scratchpad", "--learning-rate", "3e-5"]))
+    assert plan.demo["learning_rate"] == 3e-5
+    default = ablation.make_plan(ablation.parse(["--output", "x", "--task", "scratchpad"]))
+    assert default.demo["learning_rate"] == 3e-4 and {**default.demo, "learning_rate": 3e-5} == plan.demo
+    warm = ablation.warm_dir(tmp_path, 100)
+    warm.mkdir(parents=True)
+    (warm / "warm.json").write_text(json.dumps({"demo": default.demo}))
+    assert ablation._saved_warm_start(tmp_path, 100, plan)
+    other = ablation.make_plan(ablation.parse(["--output", "x", "--task", "mixed", "--learning-rate", "3e-5"]))
+    with pytest.raises(SystemExit, match="other demo settings"):  # a warm start of other warm-start settings
+        ablation._saved_warm_start(tmp_path, 100, other)
+    with pytest.raises(SystemExit):
+        ablation.parse(["--output", "x", "--learning-rate", "0"])
+    assert "--learning-rate must be > 0" in capsys.readouterr().err
+
+
 def test_t_interval_and_interpolation():
     mean, low, high = ablation.t_interval([0.1, 0.2, 0.3, 0.4, 0.5])
     half = 2.776445 * 0.158113883 / 5**0.5  # t(0.975, 4) x sd / sqrt(n)
