@@ -548,7 +548,9 @@ def load_results(output: Path, plan: Plan) -> dict:
     results = json.loads(path.read_text())
     saved, wanted = results["plan"], asdict(plan)
     # A field files made before it existed lack reads as None, its default: those runs still resume.
-    differ = sorted(key for key in set(saved) | set(wanted) if saved.get(key) != wanted.get(key))
+    differ = sorted(key for key in set(saved) | set(wanted) if key != "demo" and saved.get(key) != wanted.get(key))
+    made, now = demo_as_made(saved.get("demo") or {}), demo_as_made(wanted["demo"])
+    differ += [f"demo's {key}" for key in sorted(set(made) | set(now)) if made.get(key) != now.get(key)]
     if differ:
         raise SystemExit(
             f"{path} holds runs made with other settings ({', '.join(differ)} differ): its runs cannot be compared "
@@ -663,6 +665,13 @@ def task_check_table(check: dict) -> str:
     return "\n".join(lines)
 
 
+def demo_as_made(demo: dict) -> dict:
+    """``demo`` (a plan's or a warm start's settings) with each `DemoSettings` field its file predates at that
+    field's default: a field is added with the default that keeps what ran before as it ran."""
+    defaults = {k: v for k, v in asdict(DemoSettings()).items() if k not in ("output_dir", "seed", "compare")}
+    return {**defaults, **demo}
+
+
 # Settings only the RL stage reads: a warm start made under other values of them is the same warm start.
 RL_ONLY_SETTINGS = ("learning_rate", "warmup_steps", "decay_steps")
 
@@ -673,8 +682,11 @@ def _saved_warm_start(output: Path, seed: int, plan: Plan) -> bool:
     path = warm_dir(output, seed) / "warm.json"
     if not path.exists():
         return False
-    made = {k: v for k, v in (json.loads(path.read_text()).get("demo") or {}).items() if k not in RL_ONLY_SETTINGS}
-    if made != {k: v for k, v in plan.demo.items() if k not in RL_ONLY_SETTINGS}:
+
+    def warm_start_settings(demo: dict) -> dict:
+        return {k: v for k, v in demo_as_made(demo).items() if k not in RL_ONLY_SETTINGS}
+
+    if warm_start_settings(json.loads(path.read_text()).get("demo") or {}) != warm_start_settings(plan.demo):
         raise SystemExit(f"{path.parent} holds a warm start made with other demo settings; use another --output")
     return True
 

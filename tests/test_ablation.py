@@ -205,6 +205,22 @@ def test_results_of_other_settings_are_never_mixed(tmp_path):
         ablation.load_results(tmp_path, plan)
 
 
+def test_files_made_before_a_demo_setting_existed_read_it_as_its_default(tmp_path):
+    # docs/ablation_results' studies predate DemoSettings.completion_tokens: they generated the default 6 tokens.
+    from dataclasses import asdict
+
+    plan = ablation.make_plan(ablation.parse(["--output", "x", "--task", "mixed"]))
+    older = {k: v for k, v in plan.demo.items() if k != "completion_tokens"}
+    (tmp_path / ablation.RESULTS).write_text(json.dumps({"plan": {**asdict(plan), "demo": older}, "runs": []}))
+    assert ablation.load_results(tmp_path, plan)["runs"] == []
+    ablation.warm_dir(tmp_path, 0).mkdir(parents=True)
+    (ablation.warm_dir(tmp_path, 0) / "warm.json").write_text(json.dumps({"demo": older}))
+    assert ablation._saved_warm_start(tmp_path, 0, plan)
+    longer = ablation.Plan(**{**asdict(plan), "demo": {**plan.demo, "completion_tokens": 24}})
+    with pytest.raises(SystemExit, match="completion_tokens"):  # not the default: other settings
+        ablation.load_results(tmp_path, longer)
+
+
 RECORD_KEYS = {
     "arm", "arm_name", "seed", "budget", "completions", "completions_before_last_step", "completions_logged",
     "optimizer_steps", "wall_s", "cpu_s", "eval_s", "threads", "jobs", "machine", "accuracy_before",
