@@ -57,7 +57,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from ablation_tasks import TASKS, completion_tokens, task_settings  # noqa: E402  (beside this script)
+from ablation_tasks import TASKS, task_settings  # noqa: E402  (beside this script)
 
 from trl_dapo_ext.cli.demo import DemoSettings  # noqa: E402  (light: the demo imports torch and TRL lazily)
 
@@ -223,16 +223,25 @@ def warm_start_seed(output: str, seed: int, plan: dict) -> dict:
     settings = DemoSettings(**{**plan_.demo, "output_dir": str(folder), "seed": seed})
     splits = task_splits(plan_.task, settings, plan_.held_out_per_class)
     tokenizer, model = build_tokenizer_and_model(settings.model_size, seed)
-    started = time.perf_counter()
-    sft_steps = warm_start(model, tokenizer, splits.sft_rows, settings)
+    started, checks = time.perf_counter(), []
+    sft_steps = warm_start(
+        model,
+        tokenizer,
+        splits.sft_rows,
+        settings,
+        check_rows=splits.check_rows or None,
+        on_check=lambda step, accuracy: checks.append([step, accuracy]),
+    )
     seconds = time.perf_counter() - started
-    tokens = completion_tokens(plan_.task)
-    before = evaluate_by_class(model, tokenizer, splits.held_out, settings.eval_samples, seed, math_reward, tokens)
+    before = evaluate_by_class(
+        model, tokenizer, splits.held_out, settings.eval_samples, seed, math_reward, settings.completion_tokens
+    )
     save_model(model, str(folder / "model.safetensors"))  # the embedding and the output layer are tied: one tensor
     info = dict(
         seed=seed,
         sft_steps=sft_steps,
         sft_seconds=seconds,
+        sft_checks=checks,  # [step, greedy accuracy on the target's check problems] at each check
         accuracy_before=before["overall"],
         accuracy_before_by_class=before["by_class"],
         demo=plan_.demo,
@@ -340,7 +349,7 @@ def train_arm(output: str, arm: int, seed: int, plan: dict, jobs: int) -> dict:
     plain_steps = math.ceil(plan_.budget / per_step)  # arm 1's steps: the lr schedule's length
     settings = DemoSettings(**{**plan_.demo, "output_dir": str(folder.parent), "seed": seed, "rl_steps": plain_steps})
     splits = task_splits(plan_.task, settings, plan_.held_out_per_class)
-    tokens = completion_tokens(plan_.task)
+    tokens = settings.completion_tokens
     held_out, rl_rows = splits.held_out, splits.rl_rows
     tokenizer, model = build_tokenizer_and_model(settings.model_size, seed)
     load_model(model, str(warm_dir(Path(output), seed) / "model.safetensors"))
@@ -358,7 +367,6 @@ def train_arm(output: str, arm: int, seed: int, plan: dict, jobs: int) -> dict:
         # Refill reaches the budget in fewer steps; screening and the fixed budget can spend less than a plain step
         # (a prompt dropped after its probes costs k completions), so they may take more: this cap never stops a run.
         max_steps=plain_steps * 4,
-        max_completion_length=tokens,
     )
 
     def evaluate_now() -> dict:
@@ -454,7 +462,7 @@ def check_task_seed(output: str, seed: int, plan: dict, prompts_per_class: int) 
     load_model(model, str(folder / "model.safetensors"))
     started = time.process_time()
     groups = warm_start_groups(
-        model, tokenizer, sample, settings.num_generations, seed, math_reward, completion_tokens(plan_.task)
+        model, tokenizer, sample, settings.num_generations, seed, math_reward, settings.completion_tokens
     )
     return dict(
         seed=seed,
@@ -547,7 +555,9 @@ def load_results(output: Path, plan: Plan) -> dict:
     results = json.loads(path.read_text())
     saved, wanted = results["plan"], asdict(plan)
     # A field files made before it existed lack reads as None, its default: those runs still resume.
-    differ = sorted(key for key in set(saved) | set(wanted) if saved.get(key) != wanted.get(key))
+    differ = sorted(key for key in set(saved) | set(wanted) if key != "demo" and saved.get(key) != wanted.get(key))
+    made, now = demo_as_made(saved.get("demo") or {}), demo_as_made(wanted["demo"])
+    differ += [f"demo's {key}" for key in sorted(set(made) | set(now)) if made.get(key) != now.get(key)]
     if differ:
         raise SystemExit(
             f"{path} holds runs made with other settings ({', '.join(differ)} differ): its runs cannot be compared "
@@ -662,12 +672,28 @@ def task_check_table(check: dict) -> str:
     return "\n".join(lines)
 
 
+def demo_as_made(demo: dict) -> dict:
+    """``demo`` (a plan's or a warm start's settings) with each `DemoSettings` field its file predates at that
+    field's default: a field is added with the default that keeps what ran before as it ran."""
+    defaults = {k: v for k, v in asdict(DemoSettings()).items() if k not in ("output_dir", "seed", "compare")}
+    return {**defaults, **demo}
+
+
+# Settings only the RL stage reads: a warm start made under other values of them is the same warm start.
+RL_ONLY_SETTINGS = ("learning_rate", "warmup_steps", "decay_steps")
+
+
 def _saved_warm_start(output: Path, seed: int, plan: Plan) -> bool:
-    """Whether ``DIR/warm/seedN`` holds a finished warm start of these settings (another one is refused)."""
+    """Whether ``DIR/warm/seedN`` holds a finished warm start of these settings, the RL stage's aside (a warm start
+    of other settings is refused)."""
     path = warm_dir(output, seed) / "warm.json"
     if not path.exists():
         return False
-    if json.loads(path.read_text()).get("demo") != plan.demo:
+
+    def warm_start_settings(demo: dict) -> dict:
+        return {k: v for k, v in demo_as_made(demo).items() if k not in RL_ONLY_SETTINGS}
+
+    if warm_start_settings(json.loads(path.read_text()).get("demo") or {}) != warm_start_settings(plan.demo):
         raise SystemExit(f"{path.parent} holds a warm start made with other demo settings; use another --output")
     return True
 
@@ -1065,6 +1091,7 @@ class Options:
     smoke: bool = False
     task: str = "demo"
     check_task: int | None = None
+    learning_rate: float | None = None
 
 
 def parse(argv: list[str] | None) -> Options:
@@ -1115,8 +1142,24 @@ def parse(argv: list[str] | None) -> Options:
         help="train no arm: the task at each seed's warm start (benchmarks/protocol.md, task acceptance): GRPO's "
         "groups on PROMPTS RL prompts per class (default 250), held-out accuracy per class; DIR/task_check.json",
     )
+    parser.add_argument(
+        "--learning-rate",
+        type=float,
+        default=None,
+        help=f"the RL stage's lr for every arm (default the demo's, {DemoSettings().learning_rate:g}; "
+        "benchmarks/protocol.md's pilot picks it). A warm start made for another lr serves: copy DIR/warm",
+    )
     ns = parser.parse_args(argv)
-    options = Options(output=ns.output, jobs=ns.jobs, smoke=ns.smoke, task=ns.task, check_task=ns.check_task)
+    if ns.learning_rate is not None and not ns.learning_rate > 0:
+        parser.error("--learning-rate must be > 0")
+    options = Options(
+        output=ns.output,
+        jobs=ns.jobs,
+        smoke=ns.smoke,
+        task=ns.task,
+        check_task=ns.check_task,
+        learning_rate=ns.learning_rate,
+    )
     if ns.arms is not None:
         try:
             ns.arms = sorted({a for word in ns.arms for a in ARM_GROUPS.get(word, None) or [int(word)]})
@@ -1199,6 +1242,8 @@ def merge(output: Path, sources: Sequence[Path]) -> dict:
 def make_plan(options: Options) -> Plan:
     """What every run of these options shares: the task's demo settings, the budget, the evaluation grid."""
     settings = demo_settings(options.smoke, options.task)
+    if options.learning_rate is not None:
+        settings.learning_rate = options.learning_rate
     budget = options.budget or default_budget(settings)
     # 4,000 held-out problems of up to 23 tokens would make the smoke run's evaluations its largest cost
     smoke_held_out = SMOKE["scratchpad_held_out_per_class"]

@@ -121,6 +121,26 @@ def test_the_scratchpad_task_grows_in_length_with_difficulty_and_keeps_held_out_
     ]  # fmt: skip
 
 
+def test_the_scratchpad_warm_start_stops_at_a_target_on_unseen_problems_of_the_hardest_class():
+    # The target is greedy accuracy on problems of the hardest class that no split holds (never trained on, never
+    # held out), generated at the task's completion length: a scratchpad's answer comes after its columns.
+    from ablation_tasks import SCRATCHPAD, task_settings, task_splits
+
+    from trl_dapo_ext.cli.demo import DemoSettings
+
+    settings = DemoSettings(**task_settings("scratchpad"))
+    assert settings.completion_tokens == SCRATCHPAD.completion_tokens > DemoSettings.completion_tokens
+    assert 0 < settings.warm_start_target < 0.5 and settings.sft_steps == SCRATCHPAD.sft_steps
+    splits = task_splits("scratchpad", settings)
+    hardest = list(SCRATCHPAD.classes)[-1]
+    assert len(splits.check_rows) == settings.sft_check_problems == SCRATCHPAD.check_problems
+    assert {r["class"] for r in splits.check_rows} == {hardest}
+    others = {r["prompt"] for rows in (splits.held_out, splits.sft_rows, splits.rl_rows) for r in rows}
+    assert len({r["prompt"] for r in splits.check_rows} | others) == len(splits.check_rows) + len(others)
+    assert task_splits("scratchpad", settings) == splits  # seeded
+    assert task_settings("demo") == {} and task_splits("mixed", settings).check_rows == []
+
+
 def test_merging_runs_made_apart(tmp_path):
     plan = {"budget": 10}
     for name, runs in (("a", [{"arm": 1, "seed": 0}]), ("b", [{"arm": 1, "seed": 1}]), ("c", [{"arm": 1, "seed": 0}])):
@@ -150,6 +170,24 @@ def test_default_budget_is_what_arm_1_generates_in_the_demo():
     assert ablation.default_budget(DemoSettings()) == 500 * 16 * 8 == 64_000
 
 
+def test_learning_rate_flag_sets_the_rl_lr_and_a_warm_start_serves_every_lr(tmp_path, capsys):
+    # The protocol's lr pilot: one output folder per lr, each reusing the seed's warm start (the lr is an RL setting).
+    plan = ablation.make_plan(ablation.parse(["--output", "x", "--task", "scratchpad", "--learning-rate", "3e-5"]))
+    assert plan.demo["learning_rate"] == 3e-5
+    default = ablation.make_plan(ablation.parse(["--output", "x", "--task", "scratchpad"]))
+    assert default.demo["learning_rate"] == 3e-4 and {**default.demo, "learning_rate": 3e-5} == plan.demo
+    warm = ablation.warm_dir(tmp_path, 100)
+    warm.mkdir(parents=True)
+    (warm / "warm.json").write_text(json.dumps({"demo": default.demo}))
+    assert ablation._saved_warm_start(tmp_path, 100, plan)
+    other = ablation.make_plan(ablation.parse(["--output", "x", "--task", "mixed", "--learning-rate", "3e-5"]))
+    with pytest.raises(SystemExit, match="other demo settings"):  # a warm start of other warm-start settings
+        ablation._saved_warm_start(tmp_path, 100, other)
+    with pytest.raises(SystemExit):
+        ablation.parse(["--output", "x", "--learning-rate", "0"])
+    assert "--learning-rate must be > 0" in capsys.readouterr().err
+
+
 def test_t_interval_and_interpolation():
     mean, low, high = ablation.t_interval([0.1, 0.2, 0.3, 0.4, 0.5])
     half = 2.776445 * 0.158113883 / 5**0.5  # t(0.975, 4) x sd / sqrt(n)
@@ -165,6 +203,22 @@ def test_results_of_other_settings_are_never_mixed(tmp_path):
     (tmp_path / ablation.RESULTS).write_text(json.dumps({"plan": {**vars(plan), "budget": 200}, "runs": []}))
     with pytest.raises(SystemExit, match="budget"):
         ablation.load_results(tmp_path, plan)
+
+
+def test_files_made_before_a_demo_setting_existed_read_it_as_its_default(tmp_path):
+    # docs/ablation_results' studies predate DemoSettings.completion_tokens: they generated the default 6 tokens.
+    from dataclasses import asdict
+
+    plan = ablation.make_plan(ablation.parse(["--output", "x", "--task", "mixed"]))
+    older = {k: v for k, v in plan.demo.items() if k != "completion_tokens"}
+    (tmp_path / ablation.RESULTS).write_text(json.dumps({"plan": {**asdict(plan), "demo": older}, "runs": []}))
+    assert ablation.load_results(tmp_path, plan)["runs"] == []
+    ablation.warm_dir(tmp_path, 0).mkdir(parents=True)
+    (ablation.warm_dir(tmp_path, 0) / "warm.json").write_text(json.dumps({"demo": older}))
+    assert ablation._saved_warm_start(tmp_path, 0, plan)
+    longer = ablation.Plan(**{**asdict(plan), "demo": {**plan.demo, "completion_tokens": 24}})
+    with pytest.raises(SystemExit, match="completion_tokens"):  # not the default: other settings
+        ablation.load_results(tmp_path, longer)
 
 
 RECORD_KEYS = {

@@ -75,6 +75,38 @@ def test_warm_start_without_a_target_runs_its_steps(tmp_path):
         assert demo.warm_start(model, tokenizer, _rows(256), settings) == 4
 
 
+def test_warm_start_checks_its_target_on_the_check_rows_it_is_given(tmp_path):
+    # The target is read from ``check_rows`` (all of them, whatever their number), each check reported to
+    # ``on_check``; rows no completion can solve keep it at 0, so the warm start runs its cap.
+    tokenizer, model = demo.build_tokenizer_and_model("tiny", seed=0)
+    unsolvable = [{"prompt": "1+1=", "answer": "impossible"}] * 3
+    settings = demo.DemoSettings(
+        output_dir=str(tmp_path), warm_start_target=0.01, sft_steps=4, sft_check_every=2, sft_check_problems=8
+    )
+    checks = []
+    steps = demo.warm_start(
+        model, tokenizer, _rows(256), settings, check_rows=unsolvable, on_check=lambda *c: checks.append(c)
+    )
+    assert steps == 4 and checks == [(2, 0.0), (4, 0.0)]
+
+
+def test_completion_length_setting_reaches_generation_and_the_rl_stage(tmp_path):
+    # The demo's answers fit in 6 tokens (its default); a longer setting lets generation and RL write more.
+    import torch
+
+    tokenizer, model = demo.build_tokenizer_and_model("tiny", seed=0)
+    prompts = [p["prompt"] for p in _rows(8)]
+    lengths = {}
+    for tokens in (demo.DemoSettings.completion_tokens, 12):
+        torch.manual_seed(0)
+        texts = demo.generate(model, tokenizer, prompts, True, 4, completion_tokens=tokens)
+        lengths[tokens] = [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
+    assert demo.DemoSettings.completion_tokens == 6 and max(lengths[6]) <= 6
+    assert 6 < max(lengths[12]) <= 12  # an untrained model rarely ends a completion early
+    args = demo.rl_config(demo.DemoSettings(output_dir=str(tmp_path), completion_tokens=24), "rl", {})
+    assert args.max_completion_length == 24
+
+
 def test_imperfect_teacher_changes_digits_at_its_rate_and_never_the_answer():
     rows = _rows(4000)
     noisy = demo.imperfect_teacher(rows, noise=0.25, seed=3)

@@ -6,6 +6,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from .settings import DemoSettings
+
+COMPLETION_TOKENS = DemoSettings.completion_tokens  # the demo's: its answers fit in 6 new tokens
+
 
 @dataclass
 class Evaluation:
@@ -17,8 +21,11 @@ class Evaluation:
     k: int
 
 
-def generate(model, tokenizer, prompts: list[str], do_sample: bool, repeats: int = 1) -> list[str]:
-    """Completions for ``prompts`` (each ``repeats`` times, next to each other), greedy or at temperature 1."""
+def generate(
+    model, tokenizer, prompts: list[str], do_sample: bool, repeats: int = 1, completion_tokens: int = COMPLETION_TOKENS
+) -> list[str]:
+    """Completions for ``prompts`` (each ``repeats`` times, next to each other), greedy or at temperature 1, of at most
+    ``completion_tokens`` new tokens."""
     import torch
 
     texts = []
@@ -28,7 +35,7 @@ def generate(model, tokenizer, prompts: list[str], do_sample: bool, repeats: int
         with torch.no_grad():
             out = model.generate(
                 **batch,
-                max_new_tokens=6,
+                max_new_tokens=completion_tokens,
                 do_sample=do_sample,
                 temperature=1.0 if do_sample else None,
                 top_k=0 if do_sample else None,
@@ -40,18 +47,24 @@ def generate(model, tokenizer, prompts: list[str], do_sample: bool, repeats: int
     return texts
 
 
-def greedy_accuracy(model, tokenizer, problems, verifier) -> float:
-    """Fraction of ``problems`` whose greedy completion the verifier accepts."""
+def greedy_accuracy(model, tokenizer, problems, verifier, completion_tokens: int = COMPLETION_TOKENS) -> float:
+    """Fraction of ``problems`` whose greedy completion (at most ``completion_tokens`` new tokens) the verifier
+    accepts."""
     model.eval()
+    prompts = [p["prompt"] for p in problems]
     rewards = verifier(
-        generate(model, tokenizer, [p["prompt"] for p in problems], False), answer=[p["answer"] for p in problems]
+        generate(model, tokenizer, prompts, False, completion_tokens=completion_tokens),
+        answer=[p["answer"] for p in problems],
     )
     model.train()
     return sum(1.0 for r in rewards if r == 1.0) / len(problems)
 
 
-def evaluate(model, tokenizer, problems, samples: int, seed: int, verifier) -> Evaluation:
-    """Held-out accuracy: greedy, one sample at temperature 1, and the unbiased pass@k over ``samples`` samples.
+def evaluate(
+    model, tokenizer, problems, samples: int, seed: int, verifier, completion_tokens: int = COMPLETION_TOKENS
+) -> Evaluation:
+    """Held-out accuracy: greedy, one sample at temperature 1, and the unbiased pass@k over ``samples`` samples, each
+    completion of at most ``completion_tokens`` new tokens.
 
     The sampling generator is seeded with ``seed`` at every call, so evaluations before and after RL draw the same
     random numbers for the same prompts in the same order: a paired comparison, whose difference reflects the policy
@@ -63,11 +76,12 @@ def evaluate(model, tokenizer, problems, samples: int, seed: int, verifier) -> E
 
     prompts = [p["prompt"] for p in problems]
     answers = [p["answer"] for p in problems]
-    greedy = greedy_accuracy(model, tokenizer, problems, verifier)
+    greedy = greedy_accuracy(model, tokenizer, problems, verifier, completion_tokens)
     model.eval()
     torch.manual_seed(seed)
     sampled = verifier(
-        generate(model, tokenizer, prompts, True, samples), answer=[a for a in answers for _ in range(samples)]
+        generate(model, tokenizer, prompts, True, samples, completion_tokens),
+        answer=[a for a in answers for _ in range(samples)],
     )
     model.train()
     correct = torch.tensor(

@@ -35,7 +35,7 @@ def rl_config(settings: DemoSettings, name: str, features: dict[str, Any], **ove
         max_steps=settings.rl_steps,
         per_device_train_batch_size=settings.prompts_per_step * settings.num_generations,
         num_generations=settings.num_generations,
-        max_completion_length=6,
+        max_completion_length=settings.completion_tokens,
         learning_rate=settings.learning_rate,
         warmup_steps=settings.warmup_steps,
         **_schedule(settings),
@@ -160,7 +160,9 @@ def rl_stage(
     trainer, cost = reinforce(
         model, tokenizer, rl_rows, settings, dapo, math_reward, stage, resume_from=progress.checkpoint_of(stage)
     )
-    after = evaluate(model, tokenizer, held_out, settings.eval_samples, settings.seed, math_reward)
+    after = evaluate(
+        model, tokenizer, held_out, settings.eval_samples, settings.seed, math_reward, settings.completion_tokens
+    )
     result = dict(after=asdict(after), **cost)
     if dapo:
         trainer.save_model(str(output / "final"))

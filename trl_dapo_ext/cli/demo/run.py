@@ -43,7 +43,9 @@ def run_demo(settings: DemoSettings, resume: bool = False) -> dict:
     tokenizer, model = build_tokenizer_and_model(settings.model_size, settings.seed)
     print(f"model: {sum(p.numel() for p in model.parameters()):,} parameters, vocabulary of {len(tokenizer)}")
     sft_steps = warm_start_stage(model, tokenizer, sft_rows, settings, progress)
-    before = evaluate(model, tokenizer, held_out, settings.eval_samples, settings.seed, math_reward)
+    before = evaluate(
+        model, tokenizer, held_out, settings.eval_samples, settings.seed, math_reward, settings.completion_tokens
+    )
     results = _rl_stages(model, tokenizer, rl_rows, held_out, settings, progress)
 
     print_table(before, results, settings)

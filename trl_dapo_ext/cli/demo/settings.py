@@ -27,6 +27,9 @@ class DemoSettings:
     sft_steps: int = 600
     sft_check_every: int = 25
     sft_check_problems: int = 256
+    # The longest completion generated, in new tokens: the RL stage's max_completion_length, the held-out
+    # evaluation's and the warm start's check. The demo's answers ("#### " and up to three digits) fit in 6.
+    completion_tokens: int = 6
     rl_steps: int = 500
     prompts_per_step: int = 16
     num_generations: int = 8
