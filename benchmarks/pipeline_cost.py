@@ -178,7 +178,7 @@ def summary_table(results: dict) -> str:
 # The parts a training step's CPU time is split into (process seconds, evaluations excluded), innermost first.
 PARTS = {
     "generate": "model.generate inside the step's generation calls",
-    "old_logps": "the no-grad forward pass over a pipelined round's rows (`_record_old_logps`)",
+    "old_logps": "the no-grad forward pass over the rows carried to the next step (`_record_old_logps`)",
     "collect": "the rest of generation and scoring: rewards, the collector, planner and batch assembly",
     "loss": "the loss forward and backward (training_step less its generation)",
     "rest": "optimizer step, scheduler, callbacks and logging (train time less training_step)",
