@@ -17,16 +17,15 @@ curves included) and ``DIR/lr_pilot.md`` (the table).
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import math
-import random
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from statistics import NormalDist
 
-from ablation import t_quantile
+import numpy as np
+from ablation import holm, t_interval, t_quantile, t_two_sided_p
 
 # Section 4: the pilot's mean may fall at most this far below its warm start, at any evaluation.
 LR_TOLERANCE = 0.02
@@ -137,17 +136,293 @@ def sign_flip_p(differences: Sequence[float], draws: int = SIGN_FLIP_DRAWS, seed
     >>> sign_flip_p([0.01, -0.01])
     1.0
     """
-    values = [abs(d) for d in differences]
-    observed = abs(sum(differences)) - 1e-12
-    if len(values) <= EXACT_SIGN_FLIP_PAIRS:
-        hits = sum(
-            abs(sum(v if sign else -v for v, sign in zip(values, signs))) >= observed
-            for signs in itertools.product((True, False), repeat=len(values))
-        )
-        return hits / 2 ** len(values)
-    rng = random.Random(seed)
-    hits = sum(abs(sum(v if rng.random() < 0.5 else -v for v in values)) >= observed for _ in range(draws))
+    values = np.abs(np.asarray(differences, dtype=np.float64))
+    observed = abs(float(np.sum(differences))) - 1e-12
+    n = len(values)
+    if n <= EXACT_SIGN_FLIP_PAIRS:
+        codes = np.arange(2**n, dtype=np.int64)[:, None] >> np.arange(n)
+        sums = np.abs(((codes & 1) * 2 - 1) @ values)
+        return float(np.mean(sums >= observed))
+    rng, hits, left = np.random.default_rng(seed), 0, draws
+    while left:
+        chunk = min(left, 100_000)
+        signs = rng.integers(0, 2, size=(chunk, n)) * 2 - 1
+        hits += int(np.sum(np.abs(signs @ values) >= observed))
+        left -= chunk
     return (hits + 1) / (draws + 1)
+
+
+# --- the analysis (section 7) ----------------------------------------------------------------------------------------
+
+PRIMARY = (10, 3)  # arm, reference
+SECONDARIES = (1, 4, 7, 11, 8)
+# The cost axes of a record's curve, for the areas and times to target: the primary's, then the descriptive ones.
+AXES = {
+    "completions": "generated completions",
+    "generated_tokens": "generated tokens",
+    "cpu_s": "CPU seconds of training",
+    "decode_steps": "modelled GPU decode steps",
+}
+
+
+def paired(runs: Sequence[dict], arm: int, reference: int, value) -> dict[int, float]:
+    """``value(run)`` of ``arm`` minus that of ``reference``, per seed both ran."""
+    by = {(run["arm"], run["seed"]): value(run) for run in runs}
+    return {
+        seed: by[arm, seed] - by[reference, seed] for a, seed in sorted(by) if a == arm and (reference, seed) in by
+    }
+
+
+def compare(differences: Sequence[float], level: float = 0.95) -> dict:
+    """A paired comparison: the mean difference, its t-interval, the t-test's p and the sign-flip p.
+
+    >>> c = compare([0.01, 0.03, 0.02, 0.04])
+    >>> round(c["mean"], 3), round(c["low"], 4), round(c["high"], 4), c["sign_flip_p"]
+    (0.025, 0.0045, 0.0455, 0.125)
+    """
+    n = len(differences)
+    mean = statistics.fmean(differences)
+    sd = statistics.stdev(differences) if n > 1 else float("nan")
+    interval = t_interval(differences, level)
+    if n > 1 and sd > 0:
+        t_p = t_two_sided_p(mean / (sd / math.sqrt(n)), n - 1)
+    else:
+        t_p = float("nan")
+    low, high = (interval[1], interval[2]) if interval else (float("nan"), float("nan"))
+    return {
+        "n": n,
+        "mean": mean,
+        "sd": sd,
+        "low": low,
+        "high": high,
+        "t_p": t_p,
+        "sign_flip_p": sign_flip_p(differences),
+    }
+
+
+def reading(comparison: dict, alpha: float = ALPHA, margin: float = EFFECT) -> str:
+    """Section 7's reading of the primary comparison.
+
+    >>> reading({"low": 0.004, "high": 0.04, "sign_flip_p": 0.01})
+    'better'
+    >>> reading({"low": -0.012, "high": 0.015, "sign_flip_p": 0.6})
+    'no difference detected; equivalent within 2 points'
+    """
+    if comparison["low"] > 0 and comparison["sign_flip_p"] < alpha:
+        return "better"
+    if comparison["high"] < 0 and comparison["sign_flip_p"] < alpha:
+        return "worse"
+    words = "no difference detected"
+    if -margin <= comparison["low"] and comparison["high"] <= margin:
+        words += f"; equivalent within {100 * margin:.0f} points"
+    return words
+
+
+def area_per_unit(curve: Sequence[dict], axis: str, end: float) -> float:
+    """The area under the sampled-accuracy curve against ``axis`` from 0 to ``end`` (linear between evaluations),
+    divided by ``end``: the run's mean accuracy over that much cost.
+
+    >>> curve = [{"cpu_s": 0, "accuracy": {"sampled": 0.5}}, {"cpu_s": 10, "accuracy": {"sampled": 0.7}}]
+    >>> round(area_per_unit(curve, "cpu_s", 10), 6), round(area_per_unit(curve, "cpu_s", 5), 6)
+    (0.6, 0.55)
+    """
+    xs = [point[axis] for point in curve]
+    ys = [point["accuracy"]["sampled"] for point in curve]
+    area = 0.0
+    for (x0, y0), (x1, y1) in zip(zip(xs, ys), zip(xs[1:], ys[1:])):
+        if x0 >= end:
+            break
+        if x1 > end:  # the last piece, cut at end
+            y1, x1 = y0 + (y1 - y0) * (end - x0) / (x1 - x0), end
+        area += (x1 - x0) * (y0 + y1) / 2
+    return area / end
+
+
+def time_to(curve: Sequence[dict], axis: str, target: float) -> float | None:
+    """The first point on ``axis`` (linear between evaluations) where sampled accuracy reaches ``target``; None when
+    the run never does (censored at its end).
+
+    >>> curve = [{"x": 0, "accuracy": {"sampled": 0.5}}, {"x": 10, "accuracy": {"sampled": 0.7}}]
+    >>> time_to(curve, "x", 0.6), time_to(curve, "x", 0.8)
+    (5.0, None)
+    """
+    previous = None
+    for point in curve:
+        x, y = point[axis], point["accuracy"]["sampled"]
+        if y >= target:
+            if previous is None or previous[1] >= target:
+                return float(x)
+            x0, y0 = previous
+            return x0 + (x - x0) * (target - y0) / (y - y0)
+        previous = (x, y)
+    return None
+
+
+def unit_comparisons(runs: Sequence[dict], arm: int, reference: int = 3) -> dict:
+    """Section 7's cost units for ``arm`` against ``reference``, paired by seed: the area per unit of each axis up to
+    the shorter run of the pair, and each run's time to its seed's target (warm start + half of the reference's gain
+    at the budget; a seed whose reference gained nothing has no target), with the censored runs counted."""
+    by = {(run["arm"], run["seed"]): run for run in runs}
+    seeds = sorted(seed for a, seed in by if a == arm and (reference, seed) in by)
+    out: dict = {"seeds": len(seeds)}
+    for axis in AXES:
+        areas = []
+        for seed in seeds:
+            a, r = by[arm, seed]["curve"], by[reference, seed]["curve"]
+            end = min(a[-1][axis], r[-1][axis])
+            if end > 0:
+                areas.append(area_per_unit(a, axis, end) - area_per_unit(r, axis, end))
+        times: dict[str, list] = {"arm": [], "reference": []}
+        for seed in seeds:
+            r = by[reference, seed]
+            start, gain = (
+                r["curve"][0]["accuracy"]["sampled"],
+                r["accuracy_after"]["sampled"] - r["curve"][0]["accuracy"]["sampled"],
+            )
+            if gain <= 0:
+                continue
+            target = start + gain / 2
+            times["arm"].append(time_to(by[arm, seed]["curve"], axis, target))
+            times["reference"].append(time_to(r["curve"], axis, target))
+        out[axis] = {
+            "area": compare(areas) if len(areas) > 1 else None,
+            "time_to_target": {
+                side: {
+                    "reached": sum(t is not None for t in values),
+                    "of": len(values),
+                    "median": _median_censored(values),
+                }
+                for side, values in times.items()
+            },
+        }
+    return out
+
+
+def _median_censored(values: Sequence[float | None]) -> float | None:
+    """The median with censored values (None) counted as above every observed one: None when half or more are."""
+    ordered = sorted(values, key=lambda v: math.inf if v is None else v)
+    if not ordered:
+        return None
+    middle = ordered[(len(ordered) - 1) // 2] if len(ordered) % 2 else None
+    if len(ordered) % 2 == 0:
+        low, high = ordered[len(ordered) // 2 - 1], ordered[len(ordered) // 2]
+        middle = None if low is None or high is None else (low + high) / 2
+    return middle
+
+
+def analyze(results: dict, pilot_sigma: float | None = None) -> dict:
+    """Section 7 on a study's results (``ablation.py``'s results.json): the primary comparison and its reading, the
+    secondaries with Holm's adjustment over their sign-flip p's, the breakdowns, the cost units and the power."""
+    runs = results["runs"]
+    paths = {run["machine"]["kernel_path"] for run in runs}
+    if len(paths) != 1:
+        raise SystemExit(f"the study's runs span kernel paths {sorted(paths)}; section 6 fixes one")
+    final = lambda run: run["accuracy_after"]["sampled"]  # noqa: E731
+    arm, reference = PRIMARY
+    primary = compare(list(paired(runs, arm, reference, final).values()))
+    primary["reading"] = reading(primary)
+    secondaries = {
+        a: compare(list(diffs.values())) for a in SECONDARIES if len(diffs := paired(runs, a, reference, final)) > 1
+    }
+    adjusted = holm({a: c["sign_flip_p"] for a, c in secondaries.items()})
+    for a, c in secondaries.items():
+        c["holm_p"] = adjusted[a]
+        c["finding"] = adjusted[a] < ALPHA
+    classes = list(runs[0]["curve"][-1]["accuracy_by_class"])
+    breakdowns = {}
+    for a in (arm, *secondaries):
+        rows = {}
+        for kind in ("sampled", "greedy", "pass_at_k"):
+            value = lambda r, kind=kind: r["accuracy_after"][kind]  # noqa: E731
+            rows[kind] = compare(list(paired(runs, a, reference, value).values()))
+        for name in classes:
+            value = lambda r, name=name: r["curve"][-1]["accuracy_by_class"][name]["sampled"]  # noqa: E731
+            rows[f"class {name}"] = compare(list(paired(runs, a, reference, value).values()))
+        breakdowns[a] = rows
+    measurable = primary["n"] > 1 and primary["sd"] > 0  # no spread, no power to state
+    power = {
+        "observed_sd": primary["sd"],
+        "at_observed_sd": paired_t_power(primary["n"], primary["sd"]) if measurable else None,
+    }
+    if pilot_sigma is not None:
+        power |= {"pilot_sigma": pilot_sigma, "at_pilot_sigma": paired_t_power(primary["n"], pilot_sigma)}
+    return {
+        "primary": {"arm": arm, "reference": reference, **primary},
+        "secondaries": secondaries,
+        "breakdowns": breakdowns,
+        "units": {a: unit_comparisons(runs, a, reference) for a in (arm, *secondaries)},
+        "power": power,
+        "kernel_path": paths.pop(),
+    }
+
+
+def _points(comparison: dict | None) -> str:
+    """A comparison in points: mean [low, high]."""
+    if comparison is None:
+        return "-"
+    return f"{100 * comparison['mean']:+.1f} [{100 * comparison['low']:+.1f}, {100 * comparison['high']:+.1f}]"
+
+
+def _median_cell(times: dict) -> str:
+    """A side's median time to target and how many of its runs reached it."""
+    shown = "censored" if times["median"] is None else f"{times['median']:,.0f}"
+    return f"{shown} ({times['reached']}/{times['of']})"
+
+
+def _flips(n: int) -> str:
+    """How the sign-flip p of ``n`` pairs was computed."""
+    return f"exact, 2^{n} assignments" if n <= EXACT_SIGN_FLIP_PAIRS else f"{SIGN_FLIP_DRAWS:,} random assignments"
+
+
+def _p(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.3g}"
+
+
+def report(analysis: dict, arm_names: dict[int, str] | None = None) -> str:
+    """The analysis as markdown: the primary result and its reading, the secondaries with raw and Holm p, the
+    breakdowns, the cost units and the power. Differences are in points of held-out accuracy, arm minus arm 3."""
+    names = arm_names or {}
+    label = lambda arm: f"{arm} {names.get(arm, '')}".strip()  # noqa: E731
+    primary = analysis["primary"]
+    lines = [
+        f"**Primary** (arm {primary['arm']} - arm {primary['reference']}, held-out sampled accuracy at the budget, "
+        f"{primary['n']} seeds, kernel path {analysis['kernel_path']}): {_points(primary)} points (95% t-interval), "
+        f"t-test p {_p(primary['t_p'])}, sign-flip p {_p(primary['sign_flip_p'])} ({_flips(primary['n'])}): "
+        f"**{primary['reading']}**.",
+        "",
+        "| secondary arm | seeds | difference, points [95% t] | t-test p | sign-flip p | Holm p | finding |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for arm, c in analysis["secondaries"].items():
+        lines.append(
+            f"| {label(arm)} | {c['n']} | {_points(c)} | {_p(c['t_p'])} | {_p(c['sign_flip_p'])} | "
+            f"{_p(c['holm_p'])} | {'yes' if c['finding'] else 'no'} |"
+        )
+    kinds = list(next(iter(analysis["breakdowns"].values())))
+    lines += ["", "Breakdowns (descriptive), points [95% t]:", ""]
+    lines += ["| arm | " + " | ".join(kinds) + " |", "|---|" + "---:|" * len(kinds)]
+    for arm, rows in analysis["breakdowns"].items():
+        lines.append(f"| {label(arm)} | " + " | ".join(_points(rows[kind]) for kind in kinds) + " |")
+    lines += [
+        "",
+        "Cost units (descriptive): mean accuracy over the cost both runs of a pair reached, points [95% t];",
+        "time to target, median (runs that reached it / runs):",
+        "",
+    ]
+    lines += ["| arm | axis | area difference | median time, arm | median time, arm 3 |", "|---|---|---:|---:|---:|"]
+    for arm, units in analysis["units"].items():
+        for axis, words in AXES.items():
+            cell = units[axis]
+            times = [_median_cell(cell["time_to_target"][side]) for side in ("arm", "reference")]
+            lines.append(f"| {label(arm)} | {words} | {_points(cell['area'])} | {times[0]} | {times[1]} |")
+    power = analysis["power"]
+    observed = "-" if power["at_observed_sd"] is None else f"{power['at_observed_sd']:.0%}"
+    words = f"Power for a 2-point difference with {primary['n']} pairs: {observed} at the observed "
+    words += f"paired SD ({100 * power['observed_sd']:.1f} points)"
+    if "pilot_sigma" in power:
+        words += f", {power['at_pilot_sigma']:.0%} at the pilot's ({100 * power['pilot_sigma']:.1f} points)"
+    lines += ["", words + "."]
+    return "\n".join(lines) + "\n"
 
 
 def lr_table(rows: Sequence[dict]) -> str:
@@ -188,7 +463,22 @@ def main(argv: list[str] | None = None) -> int:
     pilot = commands.add_parser("lr-pilot", help="the lr sweep and the lr section 4's rule picks")
     pilot.add_argument("folders", nargs="+", type=Path, help="one ablation results folder per lr")
     pilot.add_argument("--save", type=Path, help="write DIR/lr_pilot.json and DIR/lr_pilot.md")
+    study = commands.add_parser("analyze", help="section 7's analysis of a study's results.json")
+    study.add_argument("results", type=Path, help="the study's results.json (ablation.py --merge of its folders)")
+    study.add_argument("--pilot-sigma", type=float, help="the pilot's paired SD, for the design's power")
+    study.add_argument("--save", type=Path, help="write DIR/study_analysis.json and DIR/study_analysis.md")
     ns = parser.parse_args(argv)
+    if ns.command == "analyze":
+        results = json.loads(ns.results.read_text())
+        analysis = analyze(results, ns.pilot_sigma)
+        names = {run["arm"]: run.get("arm_name", "") for run in results["runs"]}
+        text = report(analysis, names)
+        print(text)
+        if ns.save:
+            ns.save.mkdir(parents=True, exist_ok=True)
+            (ns.save / "study_analysis.md").write_text(text)
+            (ns.save / "study_analysis.json").write_text(json.dumps(analysis, indent=1) + "\n")
+        return 0
     rows, runs = lr_pilot(ns.folders)
     lr = chosen_lr(rows)
     verdict = (

@@ -107,3 +107,119 @@ def test_the_lr_pilot_refuses_mixed_kernels_other_arms_and_unequal_grids(tmp_pat
 def test_no_qualifying_lr_says_to_extend_the_grid(tmp_path, capsys):
     study.main(["lr-pilot", str(_folder(tmp_path, 3e-4, {100: [0.6, 0.5, 0.7]}))])
     assert "no lr qualifies: extend the grid downward" in capsys.readouterr().out
+
+
+# --- section 7's analysis ----------------------------------------------------------------------------------------------
+
+AXES = ("completions", "generated_tokens", "cpu_s", "decode_steps")
+
+
+def _run(arm: int, seed: int, ys: list[float], cost: float = 1.0, kernel: str = "avx2") -> dict:
+    """A record whose sampled accuracy is ``ys`` at evaluations 6,400 completions apart; every cost axis grows with
+    the completions times ``cost`` (an arm that pays more per completion on each axis)."""
+    curve = [
+        {
+            "completions": 6400 * i,
+            "generated_tokens": 6400 * i * 16 * cost,
+            "cpu_s": 10.0 * i * cost,
+            "decode_steps": 50 * i * 18 * cost,
+            "accuracy": {"sampled": y, "greedy": y + 0.1, "pass_at_k": y + 0.2},
+            "accuracy_by_class": {"2-digit": {"sampled": y + 0.2}, "5-digit": {"sampled": y - 0.2}},
+        }
+        for i, y in enumerate(ys)
+    ]
+    return {
+        "arm": arm,
+        "seed": seed,
+        "machine": {"kernel_path": kernel},
+        "curve": curve,
+        "accuracy_after": curve[-1]["accuracy"],
+    }
+
+
+def _study(primary: list[float], secondary: list[float]) -> dict:
+    """Arm 3 rises from 0.5 to 0.6 on every seed; arms 10 and 1 end ``primary`` / ``secondary`` points above it."""
+    runs = []
+    for seed, (d10, d1) in enumerate(zip(primary, secondary)):
+        runs += [
+            _run(3, seed, [0.5, 0.55, 0.6]),
+            _run(10, seed, [0.5, 0.55 + d10, 0.6 + d10]),
+            _run(1, seed, [0.5, 0.55 + d1, 0.6 + d1], cost=2.0),
+        ]
+    return {"runs": runs}
+
+
+def test_the_analysis_pairs_by_seed_and_reads_the_primary_as_the_protocol_says():
+    diffs = [0.01, 0.03, 0.02, 0.04, 0.02, 0.03]
+    results = _study(diffs, [-0.01, 0.01, 0.0, -0.02, 0.01, 0.0])
+    results["runs"].append(_run(10, 99, [0.5, 0.9, 0.9]))  # arm 3 never ran seed 99: not a pair
+    analysis = study.analyze(results, pilot_sigma=0.03)
+    primary = analysis["primary"]
+    mean, sd = statistics.fmean(diffs), statistics.stdev(diffs)
+    half = ablation.t_quantile(0.975, 5) * sd / math.sqrt(6)
+    assert primary["n"] == 6 and primary["mean"] == pytest.approx(mean)
+    assert (primary["low"], primary["high"]) == pytest.approx((mean - half, mean + half))
+    assert primary["sign_flip_p"] == 2 / 64 and primary["reading"] == "better"
+    second = analysis["secondaries"][1]
+    assert second["holm_p"] == second["sign_flip_p"] and not second["finding"]  # a family of one
+    assert analysis["breakdowns"][10]["class 5-digit"]["mean"] == pytest.approx(mean)
+    assert analysis["power"]["at_pilot_sigma"] == pytest.approx(study.paired_t_power(6, 0.03))
+    text = study.report(analysis, {10: "pipelined screening"})
+    assert "**better**" in text and "| 10 pipelined screening | generated tokens |" in text
+
+
+def test_the_readings_of_a_null_and_a_worse_primary():
+    flat = study.analyze(_study([0.001, -0.002, 0.0, 0.002, -0.001], [0.0] * 5))["primary"]["reading"]
+    assert flat == "no difference detected; equivalent within 2 points"
+    worse = study.analyze(_study([-0.03, -0.02, -0.04, -0.03, -0.05, -0.02], [0.0] * 6))["primary"]["reading"]
+    assert worse == "worse"
+
+
+def test_holm_runs_over_the_secondaries_sign_flip_p():
+    results = _study([0.0] * 6, [0.02] * 6)
+    for seed in range(6):
+        results["runs"].append(_run(4, seed, [0.5, 0.5, 0.6 + (0.01 if seed % 2 else -0.01)]))
+    analysis = study.analyze(results)
+    raw = {arm: c["sign_flip_p"] for arm, c in analysis["secondaries"].items()}
+    assert {arm: c["holm_p"] for arm, c in analysis["secondaries"].items()} == ablation.holm(raw)
+    assert raw[1] == 2 / 64 and analysis["secondaries"][1]["holm_p"] == pytest.approx(4 / 64)
+
+
+def test_the_areas_and_times_to_target_match_a_fine_grid():
+    """Brute force: the curve sampled on a fine grid (linear between evaluations) gives the same mean accuracy up
+    to the end, and the first grid point at or above the target within one grid step."""
+    run = _run(10, 0, [0.5, 0.52, 0.7, 0.61])
+    curve = run["curve"]
+    for axis in AXES:
+        end = curve[-1][axis] * 0.83
+        xs = [end * (i + 0.5) / 20_000 for i in range(20_000)]
+        brute = statistics.fmean(ablation.sampled_at(curve, axis, x) for x in xs)
+        assert study.area_per_unit(curve, axis, end) == pytest.approx(brute, abs=1e-6)
+        step = curve[-1][axis] / 20_000
+        first = next(i * step for i in range(20_001) if ablation.sampled_at(curve, axis, i * step) >= 0.6)
+        assert study.time_to(curve, axis, 0.6) == pytest.approx(first, abs=step)
+    assert study.time_to(curve, "completions", 0.75) is None
+
+
+def test_the_cost_units_pair_the_shorter_run_and_count_censored_runs():
+    """Arm 1 pays twice arm 3's cost per completion on every axis but the completions: on those axes its area is
+    taken over half of arm 3's run, where both have run."""
+    analysis = study.analyze(_study([0.0] * 4, [0.0] * 4))
+    units = analysis["units"][1]
+    assert units["completions"]["area"]["mean"] == pytest.approx(0.0, abs=1e-12)
+    assert units["cpu_s"]["area"]["mean"] < 0  # arm 1 reached less accuracy per CPU second
+    reached = units["cpu_s"]["time_to_target"]
+    assert reached["arm"]["reached"] == reached["reference"]["reached"] == 4
+    assert reached["arm"]["median"] == pytest.approx(2 * reached["reference"]["median"])
+    assert study._median_censored([1.0, None, 3.0]) == 3.0 and study._median_censored([1.0, None]) is None
+
+
+def test_the_analysis_refuses_runs_on_two_kernel_paths(tmp_path):
+    results = _study([0.01, 0.02], [0.0, 0.0])
+    results["runs"][0]["machine"]["kernel_path"] = "default"
+    with pytest.raises(SystemExit, match="kernel paths"):
+        study.analyze(results)
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(_study([0.01, 0.02, 0.0], [0.0, 0.01, 0.0])))
+    assert study.main(["analyze", str(path), "--save", str(tmp_path / "out")]) == 0
+    assert (tmp_path / "out" / "study_analysis.md").read_text().startswith("**Primary** (arm 10 - arm 3")
