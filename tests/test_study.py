@@ -173,6 +173,9 @@ def test_the_readings_of_a_null_and_a_worse_primary():
     assert flat == "no difference detected; equivalent within 2 points"
     worse = study.analyze(_study([-0.03, -0.02, -0.04, -0.03, -0.05, -0.02], [0.0] * 6))["primary"]["reading"]
     assert worse == "worse"
+    # an interval reaching past -2 points is not equivalence, even when its upper end is inside
+    assert study.reading({"low": -0.03, "high": 0.01, "sign_flip_p": 0.4}) == "no difference detected"
+    assert study.reading({"low": -0.01, "high": 0.03, "sign_flip_p": 0.4}) == "no difference detected"
 
 
 def test_holm_runs_over_the_secondaries_sign_flip_p():
@@ -210,7 +213,8 @@ def test_the_cost_units_pair_the_shorter_run_and_count_censored_runs():
     assert units["cpu_s"]["area"]["mean"] < 0  # arm 1 reached less accuracy per CPU second
     reached = units["cpu_s"]["time_to_target"]
     assert reached["arm"]["reached"] == reached["reference"]["reached"] == 4
-    assert reached["arm"]["median"] == pytest.approx(2 * reached["reference"]["median"])
+    # the target is the warm start plus half of arm 3's gain (0.55), which arm 3 reaches at its first evaluation
+    assert reached["reference"]["median"] == pytest.approx(10.0) and reached["arm"]["median"] == pytest.approx(20.0)
     assert study._median_censored([1.0, None, 3.0]) == 3.0 and study._median_censored([1.0, None]) is None
 
 
