@@ -425,6 +425,27 @@ def report(analysis: dict, arm_names: dict[int, str] | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def seed_rule(results: dict) -> dict:
+    """Section 5 on the pilot: sigma, the SD of the paired differences (arm 10 - arm 3) in final sampled accuracy over
+    the pilot seeds, the number of study seeds it asks for, and the power that number has at that sigma."""
+    arm, reference = PRIMARY
+    lrs = {results["plan"]["demo"]["learning_rate"]}
+    diffs = paired(results["runs"], arm, reference, lambda run: run["accuracy_after"]["sampled"])
+    if len(diffs) < 2:
+        raise SystemExit(f"the seed rule needs arms {arm} and {reference} on at least two pilot seeds, got {diffs}")
+    sigma = statistics.stdev(diffs.values())
+    unbounded = seeds_for_power(sigma, bounds=(2, 10**6))
+    n = min(max(unbounded, MIN_SEEDS), MAX_SEEDS)
+    power = paired_t_power(n, sigma) if sigma > 0 else 1.0
+    text = (
+        f"Pilot seeds {sorted(diffs)} at lr {lrs.pop():g}: paired differences (arm {arm} - arm {reference}) "
+        + ", ".join(f"{100 * d:+.1f}" for d in diffs.values())
+        + f" points; sigma {100 * sigma:.2f} points. Guenther's n for 80% power at 2 points: {unbounded}; the study "
+        f"runs {n} seeds (bounds {MIN_SEEDS}-{MAX_SEEDS}), with {power:.0%} power at this sigma."
+    )
+    return {"differences": diffs, "sigma": sigma, "guenther_n": unbounded, "seeds": n, "power": power, "text": text}
+
+
 def lr_table(rows: Sequence[dict]) -> str:
     """The sweep as a markdown table: one row per lr, the mean sampled accuracy at every evaluation."""
     grid = rows[0]["completions"]
@@ -467,7 +488,18 @@ def main(argv: list[str] | None = None) -> int:
     study.add_argument("results", type=Path, help="the study's results.json (ablation.py --merge of its folders)")
     study.add_argument("--pilot-sigma", type=float, help="the pilot's paired SD, for the design's power")
     study.add_argument("--save", type=Path, help="write DIR/study_analysis.json and DIR/study_analysis.md")
+    seeds = commands.add_parser("seeds", help="section 5's seed rule from the pilot's arms 3 and 10 at the chosen lr")
+    seeds.add_argument("folder", type=Path, help="the chosen lr's pilot folder, holding arms 3 and 10")
+    seeds.add_argument("--save", type=Path, help="write DIR/seed_rule.json and DIR/seed_rule.md")
     ns = parser.parse_args(argv)
+    if ns.command == "seeds":
+        rule = seed_rule(json.loads((ns.folder / "results.json").read_text()))
+        print(rule["text"])
+        if ns.save:
+            ns.save.mkdir(parents=True, exist_ok=True)
+            (ns.save / "seed_rule.md").write_text(rule["text"] + "\n")
+            (ns.save / "seed_rule.json").write_text(json.dumps(rule, indent=1) + "\n")
+        return 0
     if ns.command == "analyze":
         results = json.loads(ns.results.read_text())
         analysis = analyze(results, ns.pilot_sigma)

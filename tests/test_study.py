@@ -227,3 +227,26 @@ def test_the_analysis_refuses_runs_on_two_kernel_paths(tmp_path):
     path.write_text(json.dumps(_study([0.01, 0.02, 0.0], [0.0, 0.01, 0.0])))
     assert study.main(["analyze", str(path), "--save", str(tmp_path / "out")]) == 0
     assert (tmp_path / "out" / "study_analysis.md").read_text().startswith("**Primary** (arm 10 - arm 3")
+
+
+def test_the_seed_rule_reads_the_pilots_paired_spread(tmp_path, capsys):
+    """Pilot differences of +1, +7 and -3 points (SD 5.0): Guenther asks for 52 pairs, the study runs 40 and states
+    their power; a spread of 0.5 points runs the floor of 20."""
+    runs = [_run(3, s, [0.5, 0.6]) for s in (100, 101, 102)]
+    runs += [_run(10, s, [0.5, 0.6 + d]) for s, d in zip((100, 101, 102), (0.01, 0.05, -0.02))]
+    folder = tmp_path / "lr1e-4"
+    folder.mkdir()
+    (folder / "results.json").write_text(json.dumps({"plan": {"demo": {"learning_rate": 1e-4}}, "runs": runs}))
+    assert study.main(["seeds", str(folder), "--save", str(tmp_path / "out")]) == 0
+    rule = json.loads((tmp_path / "out" / "seed_rule.json").read_text())
+    sigma = statistics.stdev([0.01, 0.07, -0.03])
+    assert rule["sigma"] == pytest.approx(sigma) and rule["guenther_n"] == study.seeds_for_power(
+        sigma, bounds=(2, 999)
+    )
+    assert rule["guenther_n"] == 52 and rule["seeds"] == 40
+    assert rule["power"] == pytest.approx(study.paired_t_power(40, sigma)) and rule["power"] < 0.8
+    assert "the study runs 40 seeds" in capsys.readouterr().out
+    small = [_run(3, s, [0.5, 0.6]) for s in (0, 1)] + [
+        _run(10, s, [0.5, 0.6 + d]) for s, d in ((0, 0.01), (1, 0.015))
+    ]
+    assert study.seed_rule({"plan": {"demo": {"learning_rate": 1e-4}}, "runs": small})["seeds"] == 20
