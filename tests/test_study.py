@@ -233,7 +233,7 @@ def test_the_seed_rule_reads_the_pilots_paired_spread(tmp_path, capsys):
     """Pilot differences of +1, +7 and -3 points (SD 5.0): Guenther asks for 52 pairs, the study runs 40 and states
     their power; a spread of 0.5 points runs the floor of 20."""
     runs = [_run(3, s, [0.5, 0.6]) for s in (100, 101, 102)]
-    runs += [_run(10, s, [0.5, 0.6 + d]) for s, d in zip((100, 101, 102), (0.01, 0.05, -0.02))]
+    runs += [_run(10, s, [0.5, 0.6 + d]) for s, d in zip((100, 101, 102), (0.01, 0.07, -0.03))]
     folder = tmp_path / "lr1e-4"
     folder.mkdir()
     (folder / "results.json").write_text(json.dumps({"plan": {"demo": {"learning_rate": 1e-4}}, "runs": runs}))
