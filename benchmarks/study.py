@@ -1,17 +1,19 @@
-"""The pre-registered study's decision rules (benchmarks/protocol.md): the pilot's learning rate, the number of seeds,
-the power a design has, and the exact sign-flip test of paired differences.
+"""The pre-registered study's rules (benchmarks/protocol.md) as code: the pilot's learning rate (section 4), the
+number of seeds (section 5) and the analysis (section 7: paired t-intervals, exact sign-flip tests, Holm over the
+secondaries, breakdowns, cost units, power).
 
-The study's runs are `ablation.py` runs (one results folder per learning rate in the pilot); this module reads their
-``results.json`` and applies the rules as the protocol words them, so that the choice is made by code a reader can
-rerun, not by hand.
+The study's runs are `ablation.py` runs; this module reads their ``results.json`` and applies the rules as the
+protocol words them, so that every choice is made by code a reader can rerun, not by hand.
 
     PYTHONPATH=. python benchmarks/study.py lr-pilot runs/pilot/lr3e-4 runs/pilot/lr1e-4 runs/pilot/lr3e-5 \\
         --save benchmarks/results/study
+    PYTHONPATH=. python benchmarks/study.py seeds runs/pilot/lr1e-4 --save benchmarks/results/study
+    PYTHONPATH=. python benchmarks/study.py analyze runs/study/results.json --pilot-sigma 0.03 --save DIR
 
-``lr-pilot`` prints the sweep (per lr: the pilot seeds' mean held-out sampled accuracy at every evaluation, its
-largest fall below the warm start) and the lr the rule picks (section 4: the largest lr whose mean never falls more
-than 2 points below its warm start); ``--save DIR`` writes ``DIR/lr_pilot.json`` (the folders' records, accuracy
-curves included) and ``DIR/lr_pilot.md`` (the table).
+``lr-pilot`` prints the sweep (per lr, one results folder each: the pilot seeds' mean held-out sampled accuracy at
+every evaluation and its largest fall below the warm start) and the lr the rule picks; ``seeds`` reads arms 3 and
+10 of the chosen lr's folder and prints the study's seed count; ``analyze`` prints the study's tables. ``--save DIR``
+writes each one's markdown and JSON.
 """
 
 from __future__ import annotations
