@@ -566,6 +566,30 @@ def load_results(output: Path, plan: Plan) -> dict:
     return results
 
 
+def warm_start_mismatch(results: dict, seed: int, warm: dict) -> str | None:
+    """Why a warm start made again for ``seed`` cannot serve the runs ``results`` already holds for it, or None.
+
+    A study resumed on a fresh machine remakes the warm starts it did not keep; its earlier runs of the seed started
+    from the first one, so pairing by seed needs the two to be the same policy. Their held-out evaluations (the
+    same problems and random numbers) must then be equal.
+
+    >>> runs = [{"seed": 0, "arm": 3, "accuracy_before": {"sampled": 0.5}}]
+    >>> warm_start_mismatch({"runs": runs}, 0, {"accuracy_before": {"sampled": 0.5}}) is None
+    True
+    >>> warm_start_mismatch({"runs": runs}, 0, {"accuracy_before": {"sampled": 0.51}})[:40]
+    'the warm start of seed 0 was made again '
+    """
+    earlier = [run for run in results["runs"] if run["seed"] == seed]
+    if not earlier or all(run["accuracy_before"] == warm["accuracy_before"] for run in earlier):
+        return None
+    return (
+        f"the warm start of seed {seed} was made again and differs from the one its runs (arms "
+        f"{sorted(run['arm'] for run in earlier)}) started from: held-out sampled "
+        f"{warm['accuracy_before']['sampled']:.4f} against {earlier[0]['accuracy_before']['sampled']:.4f}. Run this "
+        "seed's remaining arms where its warm start is kept (DIR/warm), on the same kernel path, or in a new folder."
+    )
+
+
 def run_all(output: Path, plan: Plan, arms: Sequence[int], seeds: Sequence[int], jobs: int) -> tuple[dict, int]:
     """Runs every (arm, seed) not yet in ``DIR/results.json``, ``jobs`` at a time; returns the results and failures."""
     output.mkdir(parents=True, exist_ok=True)
@@ -615,6 +639,10 @@ def run_all(output: Path, plan: Plan, arms: Sequence[int], seeds: Sequence[int],
                         f"greedy {acc['greedy']:.1%}, sampled {acc['sampled']:.1%}",
                         flush=True,
                     )
+                    if mismatch := warm_start_mismatch(results, seed, value):
+                        failures += 1
+                        print(f"FAILED: {mismatch}", flush=True)
+                        continue
                     submit_runs(seed)
                     continue
                 results["runs"].append(value)

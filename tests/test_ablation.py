@@ -401,3 +401,16 @@ def test_corrected_comparisons_of_the_selection_arms():
     mean, low, high = rows[1]["bonferroni"]
     half = ablation.t_quantile(1 - 0.05 / 6, 4) * statistics.stdev(gains[4]) / 5**0.5
     assert (mean, low, high) == pytest.approx((0.04, 0.04 - half, 0.04 + half))
+
+
+def test_a_remade_warm_start_must_be_the_one_a_seeds_runs_started_from():
+    """A study resumed on a fresh machine remakes its warm starts: one whose held-out evaluation differs from the
+    seed's recorded runs' is refused (pairing by seed needs one policy per seed); a seed without runs takes any."""
+    before = {"greedy": 0.62, "sampled": 0.509, "pass_at_k": 0.8, "k": 8}
+    results = {
+        "runs": [{"seed": 4, "arm": 3, "accuracy_before": before}, {"seed": 4, "arm": 10, "accuracy_before": before}]
+    }
+    assert ablation.warm_start_mismatch(results, 4, {"accuracy_before": dict(before)}) is None
+    assert ablation.warm_start_mismatch(results, 5, {"accuracy_before": {**before, "sampled": 0.3}}) is None
+    why = ablation.warm_start_mismatch(results, 4, {"accuracy_before": {**before, "sampled": 0.5091}})
+    assert "seed 4" in why and "arms [3, 10]" in why and "0.5091 against 0.5090" in why
