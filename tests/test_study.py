@@ -90,7 +90,7 @@ def test_the_lr_rule_takes_the_largest_lr_whose_mean_stays_within_2_points(tmp_p
     saved = json.loads((tmp_path / "out" / "lr_pilot.json").read_text())
     assert saved["chosen_lr"] == 1e-4 and len(saved["runs"]) == 6
     assert [row["qualifies"] for row in saved["sweep"]] == [False, True, True]
-    assert "| 0.0003 | 100, 101 | 55.0 | 52.0 | 65.0 | +3.0 | no |" in (tmp_path / "out" / "lr_pilot.md").read_text()
+    assert "| 0.0003 | 100, 101 | 55.0 | 52.0 | 65.0 | -3.0 | no |" in (tmp_path / "out" / "lr_pilot.md").read_text()
 
 
 def test_the_lr_pilot_refuses_mixed_kernels_other_arms_and_unequal_grids(tmp_path):
@@ -250,3 +250,39 @@ def test_the_seed_rule_reads_the_pilots_paired_spread(tmp_path, capsys):
         _run(10, s, [0.5, 0.6 + d]) for s, d in ((0, 0.01), (1, 0.015))
     ]
     assert study.seed_rule({"plan": {"demo": {"learning_rate": 1e-4}}, "runs": small})["seeds"] == 20
+
+
+# --- the saved pilot, and the docs that quote it -------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+SAVED = ROOT / "benchmarks" / "results" / "study"
+
+
+def test_the_saved_lr_pilot_is_what_the_rule_gives_from_its_own_runs():
+    saved = json.loads((SAVED / "lr_pilot.json").read_text())
+    by_lr: dict[float, list] = {}
+    for run in saved["runs"]:
+        by_lr.setdefault(run["learning_rate"], []).append(run)
+    assert sorted(by_lr) == [3e-5, 1e-4, 3e-4] and all(len(runs) == 3 for runs in by_lr.values())
+    assert {run["seed"] for run in saved["runs"]} == {100, 101, 102} and {r["arm"] for r in saved["runs"]} == {3}
+    assert {run["machine"]["kernel_path"] for run in saved["runs"]} == {"avx2"}
+    rows = [study.lr_sweep_row(lr, runs) for lr, runs in by_lr.items()]
+    assert study.chosen_lr(rows) == saved["chosen_lr"] == 1e-4
+    table = (SAVED / "lr_pilot.md").read_text()
+    assert study.lr_table(rows) in table and "chosen lr: 0.0001" in table
+
+
+def test_the_docs_quote_the_lr_pilot_and_its_figures():
+    page = (ROOT / "docs" / "ablation.md").read_text()
+    table = (SAVED / "lr_pilot.md").read_text()
+    assert table[table.index("| lr |") : table.index("\n\nchosen")] in page
+    saved = json.loads((SAVED / "lr_pilot.json").read_text())
+    falls = []
+    for run in saved["runs"]:
+        if run["learning_rate"] == 3e-4:
+            ys = [y for _, y in study.sampled_curve(run)]
+            falls.append(100 * (ys[0] - min(ys)))
+    assert f"every pilot seed first lost {min(falls):.1f} to {max(falls):.1f} points" in page
+    final = {row["lr"]: row["final"] for row in saved["sweep"]}
+    assert f"1e-4 ending {100 * (final[1e-4] - final[3e-5]):.1f} points above 3e-5" in page
+    assert "The study runs at **1e-4**" in page
