@@ -445,7 +445,27 @@ def seed_rule(results: dict) -> dict:
         + f" points; sigma {100 * sigma:.2f} points. Guenther's n for 80% power at 2 points: {unbounded}; the study "
         f"runs {n} seeds (bounds {MIN_SEEDS}-{MAX_SEEDS}), with {power:.0%} power at this sigma."
     )
-    return {"differences": diffs, "sigma": sigma, "guenther_n": unbounded, "seeds": n, "power": power, "text": text}
+    # the largest paired SD at which n seeds still have the protocol's power: what the design covers beyond the pilot
+    low, high = 1e-4, 0.2
+    for _ in range(40):
+        middle = (low + high) / 2
+        low, high = (middle, high) if paired_t_power(n, middle) >= POWER else (low, middle)
+    text += (
+        f" {n} seeds keep {POWER:.0%} power for {100 * EFFECT:.0f} points up to a paired SD of {100 * low:.1f} points."
+    )
+    pilot_runs = [
+        {k: v for k, v in run.items() if k != "per_step"} for run in results["runs"] if run["arm"] in (arm, reference)
+    ]
+    return {
+        "differences": diffs,
+        "sigma": sigma,
+        "guenther_n": unbounded,
+        "seeds": n,
+        "power": power,
+        "largest_sd_at_power": low,
+        "text": text,
+        "runs": pilot_runs,
+    }
 
 
 def lr_table(rows: Sequence[dict]) -> str:

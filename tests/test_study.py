@@ -246,6 +246,8 @@ def test_the_seed_rule_reads_the_pilots_paired_spread(tmp_path, capsys):
     assert rule["guenther_n"] == 52 and rule["seeds"] == 40
     assert rule["power"] == pytest.approx(study.paired_t_power(40, sigma)) and rule["power"] < 0.8
     assert "the study runs 40 seeds" in capsys.readouterr().out
+    largest = rule["largest_sd_at_power"]  # the design's reach: 80% power up to this spread, not beyond
+    assert study.paired_t_power(40, largest) >= 0.8 > study.paired_t_power(40, largest + 1e-4)
     small = [_run(3, s, [0.5, 0.6]) for s in (0, 1)] + [
         _run(10, s, [0.5, 0.6 + d]) for s, d in ((0, 0.01), (1, 0.015))
     ]
@@ -287,3 +289,18 @@ def test_the_docs_quote_the_lr_pilot_and_its_figures():
     final = {row["lr"]: row["final"] for row in saved["sweep"]}
     assert f"1e-4 ending {100 * (final[1e-4] - final[3e-5]):.1f} points above 3e-5" in page
     assert "The study runs at **1e-4**" in page
+
+
+def test_the_saved_seed_rule_is_what_the_rule_gives_from_its_own_runs():
+    saved = json.loads((SAVED / "seed_rule.json").read_text())
+    runs = saved["runs"]
+    assert {(r["arm"], r["seed"]) for r in runs} == {(a, s) for a in (3, 10) for s in (100, 101, 102)}
+    assert {r["machine"]["kernel_path"] for r in runs} == {"avx2"}
+    again = study.seed_rule({"plan": {"demo": {"learning_rate": 1e-4}}, "runs": runs})
+    assert again["text"] == saved["text"] and again["seeds"] == saved["seeds"] == 20
+    # the pilot's arm-3 runs are the lr pilot's at the chosen lr
+    pilot = json.loads((SAVED / "lr_pilot.json").read_text())["runs"]
+    chosen = {r["seed"]: r["accuracy_after"] for r in pilot if r["learning_rate"] == 1e-4}
+    assert {r["seed"]: r["accuracy_after"] for r in runs if r["arm"] == 3} == chosen
+    page = " ".join((ROOT / "docs" / "ablation.md").read_text().split())
+    assert saved["text"] in page
