@@ -304,3 +304,23 @@ def test_the_saved_seed_rule_is_what_the_rule_gives_from_its_own_runs():
     assert {r["seed"]: r["accuracy_after"] for r in runs if r["arm"] == 3} == chosen
     page = " ".join((ROOT / "docs" / "ablation.md").read_text().split())
     assert saved["text"] in page
+
+
+def test_the_study_records_kept_so_far_follow_the_protocol():
+    """Every kept study record (benchmarks/results/study/seeds/): the scratchpad task at the chosen lr and the full
+    budget on the AVX2 path, a protocol arm, and one warm start per seed (every arm of a seed starts from the same
+    held-out accuracy). They are study seeds, never pilot seeds."""
+    folders = sorted((SAVED / "seeds").glob("seed*/results.json"))
+    assert folders, "no study records kept yet"
+    for path in folders:
+        results = json.loads(path.read_text())
+        plan = results["plan"]
+        assert plan["task"] == "scratchpad" and plan["budget"] == 64_000 and plan["eval_every"] == 6_400
+        assert plan["demo"]["learning_rate"] == 1e-4 and not plan["smoke"]
+        runs = results["runs"]
+        assert {r["machine"]["kernel_path"] for r in runs} == {"avx2"} and {r["threads"] for r in runs} == {1}
+        assert {r["arm"] for r in runs} <= {3, 10, 1, 4, 7, 11, 8}
+        (seed,) = {r["seed"] for r in runs}
+        assert path.parent.name == f"seed{seed}" and seed < 100
+        assert len({json.dumps(r["accuracy_before"], sort_keys=True) for r in runs}) == 1
+        assert all(r["completions"] >= 64_000 for r in runs)
