@@ -47,8 +47,8 @@ def sampled_curve(run: dict) -> list[tuple[int, float]]:
 
 
 def lr_sweep_row(lr: float, runs: Sequence[dict], tolerance: float = LR_TOLERANCE) -> dict:
-    """One learning rate of the pilot: the mean sampled accuracy over its seeds at each evaluation, its largest fall below
-    mean warm start, and whether that fall stays within ``tolerance`` (section 4).
+    """One learning rate of the pilot: the mean sampled accuracy over its seeds at each evaluation, its largest fall
+    below the mean warm start, and whether that fall stays within ``tolerance`` (section 4).
 
     >>> run = lambda seed, ys: {"seed": seed, "curve": [
     ...     {"completions": 100 * i, "accuracy": {"sampled": y}} for i, y in enumerate(ys)]}
