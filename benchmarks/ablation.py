@@ -818,10 +818,17 @@ def holm(p_values: dict[Any, float]) -> dict[Any, float]:
     return adjusted
 
 
+def paired(runs: Sequence[dict], arm: int, reference: int, value: Callable[[dict], float]) -> dict[int, float]:
+    """``value(run)`` of ``arm`` minus that of ``reference``, per seed both ran (in seed order)."""
+    by = {(run["arm"], run["seed"]): value(run) for run in runs}
+    return {
+        seed: by[arm, seed] - by[reference, seed] for a, seed in sorted(by) if a == arm and (reference, seed) in by
+    }
+
+
 def paired_differences(runs: list[dict], arm: int, reference: int) -> list[float]:
     """``arm``'s held-out sampled accuracy after the budget minus ``reference``'s, per seed both ran."""
-    by = {(r["arm"], r["seed"]): r["accuracy_after"]["sampled"] for r in runs}
-    return [by[arm, s] - by[reference, s] for a, s in sorted(by) if a == arm and (reference, s) in by]
+    return list(paired(runs, arm, reference, lambda run: run["accuracy_after"]["sampled"]).values())
 
 
 def corrected_comparisons(runs: list[dict], level: float = 0.95) -> list[dict]:

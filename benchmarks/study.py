@@ -27,7 +27,7 @@ from pathlib import Path
 from statistics import NormalDist
 
 import numpy as np
-from ablation import holm, t_interval, t_quantile, t_two_sided_p
+from ablation import holm, paired, t_interval, t_quantile, t_two_sided_p
 
 # Section 4: the pilot's mean may fall at most this far below its warm start, at any evaluation.
 LR_TOLERANCE = 0.02
@@ -39,6 +39,12 @@ MIN_SEEDS, MAX_SEEDS = 20, 40
 # Section 7: above this many pairs the sign-flip test draws its sign assignments instead of listing them.
 EXACT_SIGN_FLIP_PAIRS = 20
 SIGN_FLIP_DRAWS = 1_000_000
+
+
+def without_per_step(run: dict) -> dict:
+    """A record whole but its per-step counters (benchmarks/pipeline_cost.py reads those; the rules do not): what the
+    saved pilot files keep."""
+    return {k: v for k, v in run.items() if k != "per_step"}
 
 
 def sampled_curve(run: dict) -> list[tuple[int, float]]:
@@ -165,14 +171,6 @@ AXES = {
     "cpu_s": "CPU seconds of training",
     "decode_steps": "modelled GPU decode steps",
 }
-
-
-def paired(runs: Sequence[dict], arm: int, reference: int, value) -> dict[int, float]:
-    """``value(run)`` of ``arm`` minus that of ``reference``, per seed both ran."""
-    by = {(run["arm"], run["seed"]): value(run) for run in runs}
-    return {
-        seed: by[arm, seed] - by[reference, seed] for a, seed in sorted(by) if a == arm and (reference, seed) in by
-    }
 
 
 def compare(differences: Sequence[float], level: float = 0.95) -> dict:
@@ -453,9 +451,7 @@ def seed_rule(results: dict) -> dict:
     text += (
         f" {n} seeds keep {POWER:.0%} power for {100 * EFFECT:.0f} points up to a paired SD of {100 * low:.1f} points."
     )
-    pilot_runs = [
-        {k: v for k, v in run.items() if k != "per_step"} for run in results["runs"] if run["arm"] in (arm, reference)
-    ]
+    pilot_runs = [without_per_step(run) for run in results["runs"] if run["arm"] in (arm, reference)]
     return {
         "differences": diffs,
         "sigma": sigma,
@@ -491,8 +487,7 @@ def lr_pilot(folders: Sequence[Path]) -> tuple[list[dict], list[dict]]:
         if arms != {3}:
             raise SystemExit(f"{folder}: the lr pilot runs arm 3 only, this folder holds arms {sorted(arms)}")
         rows.append(lr_sweep_row(lr, results["runs"]))
-        # the records whole but their per-step counters (benchmarks/pipeline_cost.py reads those; the rule does not)
-        runs += [{**{k: v for k, v in run.items() if k != "per_step"}, "learning_rate": lr} for run in results["runs"]]
+        runs += [{**without_per_step(run), "learning_rate": lr} for run in results["runs"]]
     paths = {run["machine"]["kernel_path"] for run in runs}
     if len(paths) != 1:
         raise SystemExit(f"the pilot's runs span kernel paths {sorted(paths)}; section 6 fixes one")
