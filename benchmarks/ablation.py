@@ -707,8 +707,9 @@ def demo_as_made(demo: dict) -> dict:
     return {**defaults, **demo}
 
 
-# Settings only the RL stage reads: a warm start made under other values of them is the same warm start.
-RL_ONLY_SETTINGS = ("learning_rate", "warmup_steps", "decay_steps")
+# Settings only the RL stage reads: a warm start made under other values of them is the same warm start (the warm
+# start's supervised batches and checks do not read the group shape either).
+RL_ONLY_SETTINGS = ("learning_rate", "warmup_steps", "decay_steps", "prompts_per_step", "num_generations")
 
 
 def _saved_warm_start(output: Path, seed: int, plan: Plan) -> bool:
@@ -1127,6 +1128,7 @@ class Options:
     task: str = "demo"
     check_task: int | None = None
     learning_rate: float | None = None
+    num_generations: int | None = None
 
 
 def parse(argv: list[str] | None) -> Options:
@@ -1184,9 +1186,23 @@ def parse(argv: list[str] | None) -> Options:
         help=f"the RL stage's lr for every arm (default the demo's, {DemoSettings().learning_rate:g}; "
         "benchmarks/protocol.md's pilot picks it). A warm start made for another lr serves: copy DIR/warm",
     )
+    parser.add_argument(
+        "--num-generations",
+        type=int,
+        default=None,
+        metavar="G",
+        help="completions per prompt (default the demo's, 8), with prompts per step = the demo's completions per step "
+        "/ G, so a step generates as many completions as before (benchmarks/protocol.md's G = 16 pair: 8 prompts x "
+        "16). A warm start made for another G serves: copy DIR/warm",
+    )
     ns = parser.parse_args(argv)
     if ns.learning_rate is not None and not ns.learning_rate > 0:
         parser.error("--learning-rate must be > 0")
+    per_step = DemoSettings().prompts_per_step * DemoSettings().num_generations
+    if ns.num_generations is not None and (ns.num_generations < 2 or per_step % ns.num_generations):
+        parser.error(
+            f"--num-generations must be >= 2 and divide the {per_step} completions a step generates (e.g. 4, 8, 16)"
+        )
     options = Options(
         output=ns.output,
         jobs=ns.jobs,
@@ -1194,6 +1210,7 @@ def parse(argv: list[str] | None) -> Options:
         task=ns.task,
         check_task=ns.check_task,
         learning_rate=ns.learning_rate,
+        num_generations=ns.num_generations,
     )
     if ns.arms is not None:
         try:
@@ -1279,6 +1296,9 @@ def make_plan(options: Options) -> Plan:
     settings = demo_settings(options.smoke, options.task)
     if options.learning_rate is not None:
         settings.learning_rate = options.learning_rate
+    if options.num_generations is not None:  # the same completions per step, in fewer, larger groups
+        per_step = settings.prompts_per_step * settings.num_generations
+        settings.num_generations, settings.prompts_per_step = options.num_generations, per_step // options.num_generations
     budget = options.budget or default_budget(settings)
     # 4,000 held-out problems of up to 23 tokens would make the smoke run's evaluations its largest cost
     smoke_held_out = SMOKE["scratchpad_held_out_per_class"]

@@ -188,6 +188,24 @@ def test_learning_rate_flag_sets_the_rl_lr_and_a_warm_start_serves_every_lr(tmp_
     assert "--learning-rate must be > 0" in capsys.readouterr().err
 
 
+def test_num_generations_flag_keeps_completions_per_step_and_a_warm_start_serves_every_group_size(tmp_path, capsys):
+    # The protocol's exploratory G = 16 pair: 8 prompts x 16 completions, the same 128 per step and the same budget,
+    # from the seed's own warm start (the group shape is an RL setting).
+    default = ablation.make_plan(ablation.parse(["--output", "x", "--task", "scratchpad"]))
+    plan = ablation.make_plan(ablation.parse(["--output", "x", "--task", "scratchpad", "--num-generations", "16"]))
+    assert (plan.demo["prompts_per_step"], plan.demo["num_generations"]) == (8, 16)
+    assert plan.completions_per_step == default.completions_per_step == 128 and plan.budget == default.budget
+    assert {**default.demo, "prompts_per_step": 8, "num_generations": 16} == plan.demo
+    warm = ablation.warm_dir(tmp_path, 0)
+    warm.mkdir(parents=True)
+    (warm / "warm.json").write_text(json.dumps({"demo": default.demo}))
+    assert ablation._saved_warm_start(tmp_path, 0, plan)
+    for wrong in ("1", "12", "0"):
+        with pytest.raises(SystemExit):
+            ablation.parse(["--output", "x", "--num-generations", wrong])
+        assert "--num-generations must be >= 2 and divide the 128" in capsys.readouterr().err
+
+
 def test_t_interval_and_interpolation():
     mean, low, high = ablation.t_interval([0.1, 0.2, 0.3, 0.4, 0.5])
     half = 2.776445 * 0.158113883 / 5**0.5  # t(0.975, 4) x sd / sqrt(n)
