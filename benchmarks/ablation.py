@@ -1298,7 +1298,10 @@ def make_plan(options: Options) -> Plan:
         settings.learning_rate = options.learning_rate
     if options.num_generations is not None:  # the same completions per step, in fewer, larger groups
         per_step = settings.prompts_per_step * settings.num_generations
-        settings.num_generations, settings.prompts_per_step = options.num_generations, per_step // options.num_generations
+        settings.num_generations, settings.prompts_per_step = (
+            options.num_generations,
+            per_step // options.num_generations,
+        )
     budget = options.budget or default_budget(settings)
     # 4,000 held-out problems of up to 23 tokens would make the smoke run's evaluations its largest cost
     smoke_held_out = SMOKE["scratchpad_held_out_per_class"]

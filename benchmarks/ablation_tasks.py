@@ -280,7 +280,8 @@ def warm_start_groups(
     model, tokenizer, rows: list[dict], group_size: int, seed: int, verifier, completion_tokens: int
 ) -> dict:
     """GRPO's groups on ``rows`` (RL prompts) from ``model`` as it is: `class_shares` of ``group_size`` completions
-    per prompt at temperature 1, and overall (the zero-variance share of a batch drawn from ``rows``)."""
+    per prompt at temperature 1, overall (the zero-variance share of a batch drawn from ``rows``), and each prompt's
+    successes (``successes``, in the order of ``rows``: what `trl-dapo profile`'s estimator reads)."""
     import torch
 
     from trl_dapo_ext.cli.demo import generate, preserved_rng
@@ -298,4 +299,7 @@ def warm_start_groups(
     by_class = class_shares([r["class"] for r in rows], rewards, lengths, group_size)
     weights = {kind: shares["groups"] / len(rows) for kind, shares in by_class.items()}
     overall = {key: sum(weights[k] * by_class[k][key] for k in by_class) for key in next(iter(by_class.values()))}
-    return dict(overall={**overall, "groups": len(rows)}, by_class=by_class, group_size=group_size)
+    successes = [sum(r == 1.0 for r in rewards[i * group_size : (i + 1) * group_size]) for i in range(len(rows))]
+    return dict(
+        overall={**overall, "groups": len(rows)}, by_class=by_class, group_size=group_size, successes=successes
+    )

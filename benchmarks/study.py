@@ -9,11 +9,14 @@ protocol words them, so that every choice is made by code a reader can rerun, no
         --save benchmarks/results/study
     PYTHONPATH=. python benchmarks/study.py seeds runs/pilot/lr1e-4 --save benchmarks/results/study
     PYTHONPATH=. python benchmarks/study.py analyze runs/study/results.json --pilot-sigma 0.03 --save DIR
+    PYTHONPATH=. python benchmarks/study.py profile-threshold runs/study/results.json runs/study/seed*/task_check.json
 
 ``lr-pilot`` prints the sweep (per lr, one results folder each: the pilot seeds' mean held-out sampled accuracy at
 every evaluation and its largest fall below the warm start) and the lr the rule picks; ``seeds`` reads arms 3 and
-10 of the chosen lr's folder and prints the study's seed count; ``analyze`` prints the study's tables. ``--save DIR``
-writes each one's markdown and JSON.
+10 of the chosen lr's folder and prints the study's seed count; ``analyze`` prints the study's tables;
+``profile-threshold`` relates each seed's primary gain to the saving `trl-dapo profile` predicts at its warm start
+(amendment 3: its ``checks`` are ``ablation.py --check-task 1000`` of the study's seed folders). ``--save DIR`` writes
+each one's markdown and JSON.
 """
 
 from __future__ import annotations
@@ -425,6 +428,140 @@ def report(analysis: dict, arm_names: dict[int, str] | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+# ---------------------------------------------------------------------------------------------------------------------
+# Amendment 3: trl-dapo profile's threshold, from the saving predicted at each seed's warm start and the seed's gain
+# ---------------------------------------------------------------------------------------------------------------------
+
+BAND_POINTS = 1001  # the covered range is scanned at this many savings for the threshold
+
+
+def predicted_saving(check: dict) -> dict:
+    """What `trl-dapo profile` would predict at a seed's warm start: from ``check`` (one seed's entry of
+    ``ablation.py --check-task``'s task_check.json: each RL prompt's successes in GRPO's group), the share of GRPO's
+    completions per informative group that screening with k = 4 saves, with its 95% bootstrap interval.
+
+    >>> check = {"grpo_groups": {"group_size": 8, "successes": [0] * 5 + [4] * 5}}
+    >>> round(predicted_saving(check)["saving"], 3)
+    0.243
+    """
+    from trl_dapo_ext.preflight.recommend import estimate_costs
+
+    groups = check["grpo_groups"]
+    successes, group = groups["successes"], groups["group_size"]
+    points, intervals = estimate_costs(successes, [group] * len(successes), group)
+    low, high = intervals["saving"]
+    return {"saving": points["saving"], "low": low, "high": high, "prompts": len(successes)}
+
+
+def mean_gain_band(savings: Sequence[float], gains: Sequence[float], at: Sequence[float], level: float = 0.95) -> dict:
+    """Least squares ``gain = a + b (saving - mean saving)`` and the pointwise ``level`` confidence band of the mean
+    gain at each saving of ``at`` (t with n - 2 degrees of freedom).
+
+    >>> band = mean_gain_band([0.1, 0.2, 0.3], [0.0, 0.01, 0.02], [0.2])
+    >>> round(band["slope"], 6), round(band["mean"][0], 6), round(band["low"][0], 6)
+    (0.1, 0.01, 0.01)
+    """
+    x, y = np.asarray(savings, dtype=float), np.asarray(gains, dtype=float)
+    n = len(x)
+    if n < 3 or np.ptp(x) == 0:
+        raise ValueError(f"the relation needs at least 3 seeds at two or more savings, got {n}")
+    centre = x.mean()
+    sxx = float(((x - centre) ** 2).sum())
+    slope = float(((x - centre) * (y - y.mean())).sum() / sxx)
+    residuals = y - (y.mean() + slope * (x - centre))
+    s = math.sqrt(float((residuals**2).sum()) / (n - 2))
+    where = np.asarray(at, dtype=float)
+    mean = y.mean() + slope * (where - centre)
+    half = t_quantile(1 - (1 - level) / 2, n - 2) * s * np.sqrt(1 / n + (where - centre) ** 2 / sxx)
+    return {
+        "intercept_at_mean": float(y.mean()),
+        "mean_saving": float(centre),
+        "slope": slope,
+        "residual_sd": s,
+        "at": where.tolist(),
+        "mean": mean.tolist(),
+        "low": (mean - half).tolist(),
+        "high": (mean + half).tolist(),
+    }
+
+
+def profile_threshold(savings: Sequence[float], gains: Sequence[float], margin: float = EFFECT) -> dict:
+    """Amendment 3: the relation of the primary gain to the predicted saving over the study seeds, and what
+    `trl-dapo profile` may say from it: the threshold (the smallest covered saving from which the band's lower bound
+    stays above 0 up to the largest saving measured), or, without one, "no measurable difference expected" (the band
+    inside +-``margin`` over the whole covered range) or "not determined by the study".
+
+    >>> out = profile_threshold([0.1, 0.2, 0.3, 0.4], [0.0, 0.02, 0.04, 0.06])
+    >>> out["answer"], round(out["threshold"], 3)
+    ('screening from the threshold', 0.1)
+    >>> profile_threshold([0.1, 0.2, 0.3, 0.4], [0.001, -0.002, 0.002, -0.001])["answer"]
+    'no measurable difference expected'
+    """
+    low_s, high_s = min(savings), max(savings)
+    grid = np.linspace(low_s, high_s, BAND_POINTS)
+    band = mean_gain_band(savings, gains, grid)
+    above = np.asarray(band["low"]) > 0
+    # the first grid point from which every point up to the largest saving is above 0
+    threshold = None
+    if above[-1]:
+        start = len(above) - 1
+        while start > 0 and above[start - 1]:
+            start -= 1
+        threshold = float(grid[start])
+    if threshold is not None:
+        answer = "screening from the threshold"
+    elif min(band["low"]) >= -margin and max(band["high"]) <= margin:
+        answer = "no measurable difference expected"
+    else:
+        answer = "not determined by the study"
+    summary = mean_gain_band(savings, gains, [low_s, band["mean_saving"], high_s])
+    return {
+        "points": [[float(s), float(g)] for s, g in zip(savings, gains)],
+        "covered": [float(low_s), float(high_s)],
+        "slope": band["slope"],
+        "residual_sd": band["residual_sd"],
+        "band": {key: summary[key] for key in ("at", "mean", "low", "high")},
+        "threshold": threshold,
+        "answer": answer,
+    }
+
+
+def study_profile_threshold(results: dict, checks: dict) -> dict:
+    """`profile_threshold` on a study: each seed's predicted saving (its entry of ``checks``, task_check.json's
+    ``seeds``) against its primary difference; every seed with both."""
+    arm, reference = PRIMARY
+    gains = paired(results["runs"], arm, reference, lambda run: run["accuracy_after"]["sampled"])
+    seeds = [seed for seed in gains if str(seed) in checks]
+    predicted = {seed: predicted_saving(checks[str(seed)]) for seed in seeds}
+    out = profile_threshold([predicted[s]["saving"] for s in seeds], [gains[s] for s in seeds])
+    return {"seeds": seeds, "predicted": predicted, **out}
+
+
+def threshold_report(relation: dict) -> str:
+    """Amendment 3's result as markdown: the per-seed points, the band at the ends and the middle, the answer."""
+    lines = [
+        "| seed | predicted saving [95%] | gain, arm 10 - arm 3 (points) |",
+        "|---:|---:|---:|",
+    ]
+    for seed, (saving, gain) in zip(relation["seeds"], relation["points"]):
+        p = relation["predicted"][seed]
+        lines.append(f"| {seed} | {saving:.1%} [{p['low']:.1%}, {p['high']:.1%}] | {100 * gain:+.1f} |")
+    band = relation["band"]
+    cells = [
+        f"{s:.1%}: {100 * m:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]"
+        for s, m, lo, hi in zip(band["at"], band["mean"], band["low"], band["high"])
+    ]
+    low, high = relation["covered"]
+    threshold = "none" if relation["threshold"] is None else f"{relation['threshold']:.1%}"
+    lines += [
+        "",
+        f"Fit: {relation['slope']:+.2f} points of gain per point of saving; mean gain (95% band) at the "
+        f"lowest, mean and highest saving: {'; '.join(cells)}. Covered savings {low:.1%}-{high:.1%}; threshold "
+        f"{threshold}: **{relation['answer']}**.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def seed_rule(results: dict) -> dict:
     """Section 5 on the pilot: sigma, the SD of the paired differences (arm 10 - arm 3) in final sampled accuracy over
     the pilot seeds, the number of study seeds it asks for, and the power that number has at that sigma."""
@@ -509,7 +646,25 @@ def main(argv: list[str] | None = None) -> int:
     seeds = commands.add_parser("seeds", help="section 5's seed rule from the pilot's arms 3 and 10 at the chosen lr")
     seeds.add_argument("folder", type=Path, help="the chosen lr's pilot folder, holding arms 3 and 10")
     seeds.add_argument("--save", type=Path, help="write DIR/seed_rule.json and DIR/seed_rule.md")
+    threshold = commands.add_parser(
+        "profile-threshold", help="amendment 3: trl-dapo profile's threshold from the predicted savings and the gains"
+    )
+    threshold.add_argument("results", type=Path, help="the study's results.json")
+    threshold.add_argument("checks", nargs="+", type=Path, help="task_check.json files of the study seeds")
+    threshold.add_argument("--save", type=Path, help="write DIR/profile_threshold.json and DIR/profile_threshold.md")
     ns = parser.parse_args(argv)
+    if ns.command == "profile-threshold":
+        checks = {}
+        for path in ns.checks:
+            checks.update(json.loads(path.read_text())["seeds"])
+        relation = study_profile_threshold(json.loads(ns.results.read_text()), checks)
+        text = threshold_report(relation)
+        print(text)
+        if ns.save:
+            ns.save.mkdir(parents=True, exist_ok=True)
+            (ns.save / "profile_threshold.md").write_text(text)
+            (ns.save / "profile_threshold.json").write_text(json.dumps(relation, indent=1) + "\n")
+        return 0
     if ns.command == "seeds":
         rule = seed_rule(json.loads((ns.folder / "results.json").read_text()))
         print(rule["text"])

@@ -377,6 +377,13 @@ def test_smoke_run_of_the_scratchpad_task_records_tokens_calls_and_cpu_time(tmp_
     for shares in [*by_class.values(), seed["grpo_groups"]["overall"]]:
         assert 0.0 <= shares["pass_rate"] <= 1.0 and 1.0 <= shares["tokens"] <= limit
         assert shares["zero_variance"] == pytest.approx(shares["all_right"] + shares["all_wrong"])
+    # each prompt's successes (the profile's input, protocol amendment 3), easiest class first, agree with the shares
+    successes, group = seed["grpo_groups"]["successes"], seed["grpo_groups"]["group_size"]
+    assert len(successes) == 40 and all(0 <= c <= group for c in successes)
+    for index, shares in enumerate(by_class.values()):
+        mine = successes[10 * index : 10 * (index + 1)]
+        assert sum(mine) / (10 * group) == pytest.approx(shares["pass_rate"])
+        assert sum(c in (0, group) for c in mine) / 10 == pytest.approx(shares["zero_variance"])
     assert "| 5-digit |" in check.stdout
 
 

@@ -11,6 +11,7 @@ import random
 import statistics
 from pathlib import Path
 
+import numpy as np
 import pytest
 from helpers import load_benchmark
 
@@ -258,6 +259,97 @@ def test_the_seed_rule_reads_the_pilots_paired_spread(tmp_path, capsys):
 
 ROOT = Path(__file__).resolve().parents[1]
 SAVED = ROOT / "benchmarks" / "results" / "study"
+
+
+# --- amendment 3: trl-dapo profile's threshold ---------------------------------------------------------------------
+
+
+def test_the_predicted_saving_is_the_profiles_estimate_from_each_prompts_successes():
+    from trl_dapo_ext.preflight.recommend import estimate_costs
+
+    successes = [0] * 30 + [3] * 20 + [8] * 10 + [6] * 15
+    check = {"grpo_groups": {"group_size": 8, "successes": successes}}
+    predicted = study.predicted_saving(check)
+    points, intervals = estimate_costs(successes, [8] * len(successes), 8)
+    assert predicted["saving"] == points["saving"] and (predicted["low"], predicted["high"]) == intervals["saving"]
+    assert predicted["low"] <= predicted["saving"] <= predicted["high"] and predicted["prompts"] == 75
+
+
+def test_the_mean_gain_band_is_least_squares_with_its_textbook_standard_error():
+    rng = random.Random(3)
+    x = [rng.uniform(0.1, 0.4) for _ in range(12)]
+    y = [0.01 + 0.05 * v + rng.gauss(0, 0.01) for v in x]
+    at = [0.1, 0.25, 0.4]
+    band = study.mean_gain_band(x, y, at)
+    design = np.column_stack([np.ones(12), x])
+    coef, *_ = np.linalg.lstsq(design, np.asarray(y), rcond=None)
+    residual = np.asarray(y) - design @ coef
+    s2 = float(residual @ residual) / 10
+    cov = s2 * np.linalg.inv(design.T @ design)
+    for i, point in enumerate(at):
+        row = np.array([1.0, point])
+        se = math.sqrt(float(row @ cov @ row))
+        assert band["mean"][i] == pytest.approx(float(row @ coef))
+        assert band["high"][i] - band["mean"][i] == pytest.approx(ablation.t_quantile(0.975, 10) * se)
+    with pytest.raises(ValueError, match="at least 3 seeds at two or more savings"):
+        study.mean_gain_band([0.2, 0.2, 0.2], [0.0, 0.1, 0.0], at)
+
+
+def test_the_band_covers_the_true_mean_gain_95_percent_of_the_time():
+    """Statistical check: 2,000 simulated studies of 20 seeds with a known linear relation; the band at the lowest,
+    middle and highest saving covers the true mean about 95% of the time (binomial SD about 0.5%)."""
+    rng = np.random.default_rng(0)
+    covered = np.zeros(3)
+    draws = 2000
+    for _ in range(draws):
+        x = rng.uniform(0.15, 0.35, 20)
+        y = 0.005 + 0.1 * x + rng.normal(0, 0.02, 20)
+        at = [0.15, 0.25, 0.35]
+        band = study.mean_gain_band(x, y, at)
+        truth = 0.005 + 0.1 * np.asarray(at)
+        covered += (np.asarray(band["low"]) <= truth) & (truth <= np.asarray(band["high"]))
+    assert np.all(np.abs(covered / draws - 0.95) < 0.015), covered / draws
+
+
+def test_the_threshold_is_where_the_band_starts_to_stay_above_zero():
+    rng = random.Random(1)
+    x = [0.1 + 0.3 * i / 19 for i in range(20)]
+    y = [-0.02 + 0.2 * v + rng.gauss(0, 0.005) for v in x]  # the gain turns positive at a saving of 0.1
+    out = study.profile_threshold(x, y)
+    assert out["answer"] == "screening from the threshold" and out["covered"] == [min(x), max(x)]
+    # brute force on the band: above 0 from the threshold to the largest saving, not just below it
+    grid = np.linspace(min(x), max(x), 4001)
+    band = study.mean_gain_band(x, y, grid)
+    above = [s for s, low in zip(grid, band["low"]) if low > 0]
+    assert out["threshold"] == pytest.approx(min(above), abs=(max(x) - min(x)) / 1000)
+    assert all(low > 0 for s, low in zip(grid, band["low"]) if s >= out["threshold"] + 1e-3)
+    assert 0.1 < out["threshold"] < 0.2
+    # no relation and small gains: "no measurable difference expected"; no relation and wide noise: not determined
+    flat = [0.001 * (-1) ** i for i in range(20)]
+    assert study.profile_threshold(x, flat)["answer"] == "no measurable difference expected"
+    assert study.profile_threshold(x, flat)["threshold"] is None
+    noisy = [rng.gauss(0, 0.05) for _ in range(20)]
+    assert study.profile_threshold(x, noisy)["answer"] == "not determined by the study"
+
+
+def test_the_study_threshold_pairs_each_seeds_gain_with_its_warm_start_check(tmp_path, capsys):
+    # seeds 0-5: the gain grows with the share of all-wrong prompts (the saving); seed 6 has no check: left out
+    runs, checks = [], {}
+    for seed in range(7):
+        gain = 0.01 * seed
+        runs += [_run(3, seed, [0.5, 0.6]), _run(10, seed, [0.5, 0.6 + gain])]
+        checks[str(seed)] = {"grpo_groups": {"group_size": 8, "successes": [0] * (10 * seed) + [4] * 40}}
+    relation = study.study_profile_threshold({"runs": runs}, {k: v for k, v in checks.items() if k != "6"})
+    assert relation["seeds"] == [0, 1, 2, 3, 4, 5]
+    savings = [relation["predicted"][s]["saving"] for s in range(6)]
+    assert savings == sorted(savings) and relation["slope"] > 0
+    assert [g for _, g in relation["points"]] == pytest.approx([0.01 * s for s in range(6)])
+    (tmp_path / "results.json").write_text(json.dumps({"runs": runs}))
+    (tmp_path / "task_check.json").write_text(json.dumps({"seeds": checks}))
+    assert study.main(["profile-threshold", str(tmp_path / "results.json"), str(tmp_path / "task_check.json"),
+                       "--save", str(tmp_path / "out")]) == 0  # fmt: skip
+    saved = json.loads((tmp_path / "out" / "profile_threshold.json").read_text())
+    assert saved["seeds"] == list(range(7)) and saved["answer"] in capsys.readouterr().out
 
 
 def test_the_saved_lr_pilot_is_what_the_rule_gives_from_its_own_runs():
