@@ -474,10 +474,13 @@ def mean_gain_band(savings: Sequence[float], gains: Sequence[float], at: Sequenc
     mean = y.mean() + slope * (where - centre)
     half = t_quantile(1 - (1 - level) / 2, n - 2) * s * np.sqrt(1 / n + (where - centre) ** 2 / sxx)
     return {
+        "n": n,
         "intercept_at_mean": float(y.mean()),
         "mean_saving": float(centre),
         "slope": slope,
         "residual_sd": s,
+        "sxx": sxx,
+        "t": t_quantile(1 - (1 - level) / 2, n - 2),
         "at": where.tolist(),
         "mean": mean.tolist(),
         "low": (mean - half).tolist(),
@@ -520,6 +523,10 @@ def profile_threshold(savings: Sequence[float], gains: Sequence[float], margin: 
         "covered": [float(low_s), float(high_s)],
         "slope": band["slope"],
         "residual_sd": band["residual_sd"],
+        # what trl-dapo profile needs to give the band at any saving (trl_dapo_ext.preflight.recommend.Evidence)
+        "fit": {
+            key: band[key] for key in ("n", "mean_saving", "intercept_at_mean", "slope", "residual_sd", "sxx", "t")
+        },
         "band": {key: summary[key] for key in ("at", "mean", "low", "high")},
         "threshold": threshold,
         "answer": answer,

@@ -332,6 +332,35 @@ def test_the_threshold_is_where_the_band_starts_to_stay_above_zero():
     assert study.profile_threshold(x, noisy)["answer"] == "not determined by the study"
 
 
+def test_the_profile_reads_the_studys_relation_as_the_study_computed_it():
+    """`Evidence.from_relation` (what trl-dapo profile uses) gives the study's band at any saving, and recommends
+    screening from the threshold only; without a threshold it answers as the study did."""
+    from trl_dapo_ext.preflight.recommend import NO_DIFFERENCE, Evidence, recommend_mode
+
+    rng = random.Random(2)
+    x = [0.15 + 0.2 * i / 19 for i in range(20)]
+    config = {"dynamic_sampling": True, "dynamic_sampling_pipeline": True}
+    relation = study.profile_threshold(x, [-0.03 + 0.25 * v + rng.gauss(0, 0.005) for v in x])
+    evidence = Evidence.from_relation(relation, config, group_size=8)
+    for saving in (0.1, 0.2, 0.3, 0.4):
+        band = study.mean_gain_band(x, [g for _, g in relation["points"]], [saving])
+        assert evidence.gain_at(saving) == pytest.approx((band["mean"][0], band["low"][0], band["high"][0]))
+    assert evidence.threshold == relation["threshold"] and "threshold" in evidence.note
+    many_hopeless = [0] * 60 + [4] * 40  # a large predicted saving: screening, with the mode the study measured
+    choice = recommend_mode(many_hopeless, 8, 8, evidence=evidence)
+    assert choice.saving >= evidence.threshold and choice.mode == "screening at GRPO budget"
+    assert choice.config == config and "the study measured a gain" in choice.reason
+    few = recommend_mode([4] * 50, 8, 8, evidence=evidence)  # no saving: below the threshold
+    assert few.mode == "plain GRPO" and few.saving < evidence.threshold
+    assert recommend_mode(many_hopeless, 16, 16, evidence=evidence).mode == "plain GRPO"  # G = 16 not covered
+    flat = study.profile_threshold(x, [0.001 * (-1) ** i for i in range(20)])
+    null = Evidence.from_relation(flat, config, group_size=8)
+    choice = recommend_mode(many_hopeless, 8, 8, evidence=null)
+    assert choice.mode == NO_DIFFERENCE and choice.config == {"dynamic_sampling": False}
+    beyond = recommend_mode([0] * 90 + [4] * 10, 8, 8, evidence=null)
+    assert beyond.saving > max(x) and "outside the savings it measured" in beyond.reason  # an extrapolation, said
+
+
 def test_the_study_threshold_pairs_each_seeds_gain_with_its_warm_start_check(tmp_path, capsys):
     # seeds 0-5: the gain grows with the share of all-wrong prompts (the saving); seed 6 has no check: left out
     runs, checks = [], {}

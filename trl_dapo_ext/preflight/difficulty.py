@@ -27,7 +27,7 @@ from typing import Any
 
 from trl_dapo_ext.dynamic_sampling.planner import RefillPlanner
 from trl_dapo_ext.dynamic_sampling.profile_table import PromptStats, read_table, seed_history, write_table
-from trl_dapo_ext.preflight.recommend import THRESHOLD_NOTE, recommend_mode
+from trl_dapo_ext.preflight.recommend import recommend_mode
 
 __all__ = [
     "PromptStats",
@@ -177,7 +177,7 @@ def summarize(stats: Sequence[PromptStats], group_size: int, batch_groups: int =
         },
         "saving": round(choice.saving, 4) if choice.saving is not None else None,
         "intervals_95": {name: [round(v, 4) for v in bounds] for name, bounds in choice.intervals.items()},
-        "threshold": THRESHOLD_NOTE,
+        "threshold": choice.note,
     }
     return summary
 

@@ -21,9 +21,12 @@ it). The 95% intervals are a bootstrap over prompts: resampling prompts resample
 and their sampling noise. More prompts (``--max-prompts``) or samples (``--samples K``) narrow them.
 
 The recommendation is screening at GRPO's budget (``dynamic_sampling_fixed_budget=True``: GRPO's completions and
-optimizer steps, more informative groups per step) when its estimated saving is at least `MIN_SAVING` of GRPO's
-completions per informative group, plain GRPO otherwise. Refill is never the recommendation for a generation
-budget: at an equal number of completions it trains on the same informative groups as GRPO in fewer, larger steps.
+optimizer steps, more informative groups per step) when its estimated saving reaches the threshold of the `Evidence`
+in use, plain GRPO otherwise. The evidence says where the threshold comes from: `SETTING` (`MIN_SAVING`, a setting),
+or a study's measured relation between the predicted saving and the accuracy gained (`Evidence.from_relation`, from
+``benchmarks/study.py profile-threshold``), which may also answer "no measurable difference expected". Refill is
+never the recommendation for a generation budget: at an equal number of completions it trains on the same
+informative groups as GRPO in fewer, larger steps.
 
 Example (five prompts never solved, five solved 4 times in 8; G = 8):
     >>> choice = recommend_mode([0] * 5 + [4] * 5, samples=8, group_size=8)
@@ -54,9 +57,72 @@ THRESHOLD_NOTE = (
     f"the {MIN_SAVING:.0%} threshold is a setting (trl_dapo_ext.preflight.recommend.MIN_SAVING), not a measured "
     "relation between the saving and accuracy"
 )
+NO_DIFFERENCE = "no measurable difference expected"
 BOOTSTRAP_DRAWS = 1000
 # Below this, a share of groups is rounding error of 1 - p^G - (1-p)^G: no group is mixed.
 _NONE = 1e-12
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What decides whether screening is recommended at a predicted saving, and where that comes from.
+
+    ``threshold``: the least saving at which screening is recommended (None: never); ``answer``: what the evidence
+    says where screening is not recommended for want of a threshold (`NO_DIFFERENCE`, or why it is undetermined);
+    ``config``: the mode it covers; ``group_sizes``: the G it was measured at (None: any G that ``MEASURED_PROBES``
+    divides, above it); ``fit``: the measured relation (`from_relation`), for the expected gain at a saving.
+    """
+
+    threshold: float | None
+    note: str
+    config: dict[str, Any]
+    answer: str = ""
+    group_sizes: tuple[int, ...] | None = None
+    fit: dict[str, Any] | None = None
+
+    @classmethod
+    def from_relation(cls, relation: dict[str, Any], config: dict[str, Any], group_size: int) -> Evidence:
+        """The evidence of a study's ``profile_threshold.json`` (benchmarks/study.py, protocol amendment 3): its
+        threshold or answer, and its fit, for the mode ``config`` measured at ``group_size``."""
+        fit = {**relation["fit"], "covered": list(relation["covered"])}
+        low, high = relation["covered"]
+        note = (
+            f"from the study's {fit['n']} seeds (benchmarks/protocol.md), whose predicted savings ran {low:.0%}-"
+            f"{high:.0%}: " + (f"threshold {relation['threshold']:.0%}" if relation["threshold"] is not None else
+                               relation["answer"])
+        )  # fmt: skip
+        return cls(relation["threshold"], note, config, relation["answer"], (group_size,), fit)
+
+    def covers(self, group_size: int) -> bool:
+        """Whether the evidence speaks for groups of ``group_size``."""
+        if self.group_sizes is None:
+            return group_size % MEASURED_PROBES == 0 and group_size > MEASURED_PROBES
+        return group_size in self.group_sizes
+
+    def gain_at(self, saving: float) -> tuple[float, float, float] | None:
+        """The fit's mean accuracy gain at ``saving`` and its pointwise 95% band (None without a fit).
+
+        >>> fit = dict(n=4, mean_saving=0.2, intercept_at_mean=0.01, slope=0.1, residual_sd=0.0, sxx=0.05, t=4.3)
+        >>> Evidence(None, "", {}, fit=fit).gain_at(0.3)
+        (0.02, 0.02, 0.02)
+        """
+        if self.fit is None:
+            return None
+        f = self.fit
+        mean = f["intercept_at_mean"] + f["slope"] * (saving - f["mean_saving"])
+        half = f["t"] * f["residual_sd"] * math.sqrt(1 / f["n"] + (saving - f["mean_saving"]) ** 2 / f["sxx"])
+        return round(mean, 12), round(mean - half, 12), round(mean + half, 12)
+
+
+FIXED_BUDGET_SCREENING = {
+    "dynamic_sampling": True,
+    "dynamic_sampling_screen_generations": MEASURED_PROBES,
+    "dynamic_sampling_fixed_budget": True,
+}
+# The evidence `recommend_mode` uses by default: the setting, until the pre-registered study (benchmarks/protocol.md)
+# has all its seeds and its measured relation replaces it.
+SETTING = Evidence(MIN_SAVING, THRESHOLD_NOTE, FIXED_BUDGET_SCREENING)
+EVIDENCE = SETTING
 
 
 @dataclass(frozen=True)
@@ -70,6 +136,7 @@ class Recommendation:
     mode: str
     config: dict[str, Any]
     reason: str
+    note: str = ""
     costs: dict[str, float] = field(default_factory=dict)
     zero_variance_share: float = 0.0
     saving: float | None = None
@@ -143,17 +210,22 @@ def estimate_costs(
 
 
 def recommend_mode(
-    successes: Sequence[int], samples: Sequence[int] | int, group_size: int, binary: bool = True
+    successes: Sequence[int],
+    samples: Sequence[int] | int,
+    group_size: int,
+    binary: bool = True,
+    evidence: Evidence | None = None,
 ) -> Recommendation:
     """The selection mode for prompts with these ``successes`` out of ``samples`` each (one count for all, or one
     per prompt; each ``>= group_size``) at group size ``group_size`` (see the module docstring).
 
     ``binary``: whether the reward is right/wrong; the screening model assumes it, so a graded reward gets plain
-    GRPO with a note.
+    GRPO with a note. ``evidence``: what decides (default `EVIDENCE`).
     """
+    evidence = EVIDENCE if evidence is None else evidence
     counts = _checked_counts(successes, samples, group_size)
     points, intervals = estimate_costs(*counts, group_size)
-    measurable = group_size % MEASURED_PROBES == 0 and group_size > MEASURED_PROBES
+    measurable = evidence.covers(group_size)
     # Only what the model covers: screening's figures where its measured k fits G, nothing but the share for a
     # graded reward (the pass counts are then not the rewards the groups would differ in).
     shown = ("zero_variance_share",) + (("grpo",) + ((SCREENING, "saving") if measurable else ()) if binary else ())
@@ -162,6 +234,7 @@ def recommend_mode(
         costs=costs,
         zero_variance_share=points["zero_variance_share"],
         intervals={name: intervals[name] for name in shown},
+        note=evidence.note,
     )
     off = {"dynamic_sampling": False}
     if not math.isfinite(points["grpo"]):
@@ -178,12 +251,17 @@ def recommend_mode(
         )
         return Recommendation("plain GRPO", off, reason, **estimate)
     if not measurable:
+        where = (
+            f"needs G a multiple of {MEASURED_PROBES} above it"
+            if evidence.group_sizes is None
+            else f"at G = {', '.join(map(str, evidence.group_sizes))}"
+        )
         reason = (
-            f"screening was measured with k = {MEASURED_PROBES} probes only, which needs G a multiple of "
-            f"{MEASURED_PROBES} above it (G = {group_size}); leave dynamic sampling off"
+            f"screening was measured with k = {MEASURED_PROBES} probes only, {where} (G = {group_size}); leave "
+            "dynamic sampling off"
         )
         return Recommendation("plain GRPO", off, reason, **estimate)
-    return _screening_or_not(points, intervals["saving"], group_size, estimate)
+    return _screening_or_not(points, intervals["saving"], group_size, estimate, evidence)
 
 
 def _checked_counts(
@@ -204,29 +282,41 @@ def _checked_counts(
 
 
 def _screening_or_not(
-    points: dict[str, float], saving_interval: tuple[float, float], group_size: int, estimate: dict[str, Any]
+    points: dict[str, float],
+    saving_interval: tuple[float, float],
+    group_size: int,
+    estimate: dict[str, Any],
+    evidence: Evidence,
 ) -> Recommendation:
-    """Screening at GRPO's budget when its estimated saving reaches `MIN_SAVING`, plain GRPO otherwise."""
+    """Screening when its estimated saving reaches the evidence's threshold; plain GRPO, or the evidence's answer,
+    otherwise."""
     saving, (low, high) = points["saving"], saving_interval
     said = (
         f"screening with k = {MEASURED_PROBES} probes would save an estimated {saving:.0%} [{low:.0%}, {high:.0%}] "
         f"of GRPO's completions per informative group at G = {group_size}"
     )
+    gain = evidence.gain_at(saving)
+    if gain is not None:
+        said += f"; at that saving the study measured a gain of {100 * gain[0]:+.1f} [{100 * gain[1]:+.1f}, "
+        said += f"{100 * gain[2]:+.1f}] points of held-out accuracy"
+        if evidence.fit is not None and not evidence.fit["covered"][0] <= saving <= evidence.fit["covered"][1]:
+            said += " (outside the savings it measured, an extrapolation)"
+    off = {"dynamic_sampling": False}
+    threshold = evidence.threshold
+    if threshold is None:
+        mode = NO_DIFFERENCE if evidence.answer == NO_DIFFERENCE else "plain GRPO"
+        reason = f"{said}; the study found: {evidence.answer}; leave dynamic sampling off"
+        return Recommendation(mode, off, reason, saving=saving, **estimate)
     unsure = (
-        f"; the interval includes {MIN_SAVING:.0%}: more prompts or samples would settle it"
-        if low < MIN_SAVING <= high
+        f"; the interval includes {threshold:.0%}: more prompts or samples would settle it"
+        if low < threshold <= high
         else ""
     )
-    if saving < MIN_SAVING:
-        reason = f"{said}, below {MIN_SAVING:.0%}{unsure}; leave dynamic sampling off"
-        return Recommendation("plain GRPO", {"dynamic_sampling": False}, reason, saving=saving, **estimate)
-    config = {
-        "dynamic_sampling": True,
-        "dynamic_sampling_screen_generations": MEASURED_PROBES,
-        "dynamic_sampling_fixed_budget": True,
-    }
+    if saving < threshold:
+        reason = f"{said}, below {threshold:.0%}{unsure}; leave dynamic sampling off"
+        return Recommendation("plain GRPO", off, reason, saving=saving, **estimate)
     reason = (
         f"{said}{unsure}. At GRPO's budget it keeps GRPO's completions and optimizer steps and trains on more "
         "informative groups per step; compare it with dynamic sampling off on your task (docs/choosing.md)"
     )
-    return Recommendation("screening at GRPO budget", config, reason, saving=saving, **estimate)
+    return Recommendation("screening at GRPO budget", dict(evidence.config), reason, saving=saving, **estimate)
