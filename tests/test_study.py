@@ -445,3 +445,25 @@ def test_the_study_records_kept_so_far_follow_the_protocol():
         assert path.parent.name == f"seed{seed}" and seed < 100
         assert len({json.dumps(r["accuracy_before"], sort_keys=True) for r in runs}) == 1
         assert all(r["completions"] >= 64_000 for r in runs)
+
+
+def test_the_kept_warm_start_checks_are_of_the_study_seeds_warm_starts():
+    """Amendment 3's checks (benchmarks/results/study/seeds/seedN/task_check.json): all 4,000 RL prompts of the
+    seed's own warm start (its held-out evaluation equals its runs'), on the AVX2 path, each prompt's successes in
+    GRPO's group of 8 kept for the profile's estimator."""
+    checks = sorted((SAVED / "seeds").glob("seed*/task_check.json"))
+    assert checks, "no warm-start checks kept yet"
+    for path in checks:
+        saved = json.loads(path.read_text())
+        (seed,) = [int(s) for s in saved["seeds"]]
+        check = saved["seeds"][str(seed)]
+        assert path.parent.name == f"seed{seed}" and check["machine"]["kernel_path"] == "avx2"
+        groups = check["grpo_groups"]
+        assert groups["group_size"] == 8 and len(groups["successes"]) == groups["overall"]["groups"] == 4_000
+        runs = json.loads((path.parent / "results.json").read_text())["runs"]
+        assert all(run["accuracy_before"] == check["held_out"] for run in runs)
+        shares = groups["by_class"]
+        for index, kind in enumerate(shares):  # the first 1,000 RL prompts of each class, easiest first
+            mine = groups["successes"][1000 * index : 1000 * (index + 1)]
+            assert sum(mine) / 8000 == pytest.approx(shares[kind]["pass_rate"])
+        assert 0.0 <= study.predicted_saving(check)["saving"] < 1.0

@@ -86,11 +86,11 @@ class Evidence:
         threshold or answer, and its fit, for the mode ``config`` measured at ``group_size``."""
         fit = {**relation["fit"], "covered": list(relation["covered"])}
         low, high = relation["covered"]
+        found = relation["answer"] if relation["threshold"] is None else f"threshold {relation['threshold']:.0%}"
         note = (
             f"from the study's {fit['n']} seeds (benchmarks/protocol.md), whose predicted savings ran {low:.0%}-"
-            f"{high:.0%}: " + (f"threshold {relation['threshold']:.0%}" if relation["threshold"] is not None else
-                               relation["answer"])
-        )  # fmt: skip
+            f"{high:.0%}: {found}"
+        )
         return cls(relation["threshold"], note, config, relation["answer"], (group_size,), fit)
 
     def covers(self, group_size: int) -> bool:
