@@ -349,7 +349,7 @@ def test_the_profile_reads_the_studys_relation_as_the_study_computed_it():
     many_hopeless = [0] * 60 + [4] * 40  # a large predicted saving: screening, with the mode the study measured
     choice = recommend_mode(many_hopeless, 8, 8, evidence=evidence)
     assert choice.saving >= evidence.threshold and choice.mode == "screening at GRPO budget"
-    assert choice.config == config and "the study measured a gain" in choice.reason
+    assert choice.config == config and "the study's fit expects a gain" in choice.reason
     few = recommend_mode([4] * 50, 8, 8, evidence=evidence)  # no saving: below the threshold
     assert few.mode == "plain GRPO" and few.saving < evidence.threshold
     assert recommend_mode(many_hopeless, 16, 16, evidence=evidence).mode == "plain GRPO"  # G = 16 not covered

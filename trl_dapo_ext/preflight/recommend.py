@@ -297,7 +297,7 @@ def _screening_or_not(
     )
     gain = evidence.gain_at(saving)
     if gain is not None:
-        said += f"; at that saving the study measured a gain of {100 * gain[0]:+.1f} [{100 * gain[1]:+.1f}, "
+        said += f"; at that saving the study's fit expects a gain of {100 * gain[0]:+.1f} [{100 * gain[1]:+.1f}, "
         said += f"{100 * gain[2]:+.1f}] points of held-out accuracy"
         if evidence.fit is not None and not evidence.fit["covered"][0] <= saving <= evidence.fit["covered"][1]:
             said += " (outside the savings it measured, an extrapolation)"
@@ -305,7 +305,8 @@ def _screening_or_not(
     threshold = evidence.threshold
     if threshold is None:
         mode = NO_DIFFERENCE if evidence.answer == NO_DIFFERENCE else "plain GRPO"
-        reason = f"{said}; the study found: {evidence.answer}; leave dynamic sampling off"
+        reason = f"{said}; the study found no saving from which the gain is above 0 ({evidence.answer}); leave "
+        reason += "dynamic sampling off"
         return Recommendation(mode, off, reason, saving=saving, **estimate)
     unsure = (
         f"; the interval includes {threshold:.0%}: more prompts or samples would settle it"
