@@ -381,21 +381,28 @@ def _p(value: float) -> str:
     return "-" if math.isnan(value) else f"{value:.3g}"
 
 
-def report(analysis: dict, arm_names: dict[int, str] | None = None) -> str:
+def report(analysis: dict, arm_names: dict[int, str] | None = None, exploratory: str | None = None) -> str:
     """The analysis as markdown: the primary result and its reading, the secondaries with raw and Holm p, the
-    breakdowns, the cost units and the power. Differences are in points of held-out accuracy, arm minus arm 3."""
+    breakdowns, the cost units and the power. Differences are in points of held-out accuracy, arm minus arm 3.
+    ``exploratory``: what an exploratory pair is (e.g. "G = 16"), reported as such: its reading is not a finding."""
     names = arm_names or {}
     label = lambda arm: f"{arm} {names.get(arm, '')}".strip()  # noqa: E731
     primary = analysis["primary"]
+    title, verdict = ("**Primary**", f"**{primary['reading']}**")
+    if exploratory:
+        title, verdict = f"Exploratory, {exploratory}", f"{primary['reading']} (exploratory: not a protocol finding)"
     lines = [
-        f"**Primary** (arm {primary['arm']} - arm {primary['reference']}, held-out sampled accuracy at the budget, "
+        f"{title} (arm {primary['arm']} - arm {primary['reference']}, held-out sampled accuracy at the budget, "
         f"{primary['n']} seeds, kernel path {analysis['kernel_path']}): {_points(primary)} points (95% t-interval), "
         f"t-test p {_p(primary['t_p'])}, sign-flip p {_p(primary['sign_flip_p'])} ({_flips(primary['n'])}): "
-        f"**{primary['reading']}**.",
-        "",
-        "| secondary arm | seeds | difference, points [95% t] | t-test p | sign-flip p | Holm p | finding |",
-        "|---|---:|---:|---:|---:|---:|---|",
+        f"{verdict}.",
     ]
+    if analysis["secondaries"]:
+        lines += [
+            "",
+            "| secondary arm | seeds | difference, points [95% t] | t-test p | sign-flip p | Holm p | finding |",
+            "|---|---:|---:|---:|---:|---:|---|",
+        ]
     for arm, c in analysis["secondaries"].items():
         lines.append(
             f"| {label(arm)} | {c['n']} | {_points(c)} | {_p(c['t_p'])} | {_p(c['sign_flip_p'])} | "
@@ -650,6 +657,12 @@ def main(argv: list[str] | None = None) -> int:
     study.add_argument("results", type=Path, help="the study's results.json (ablation.py --merge of its folders)")
     study.add_argument("--pilot-sigma", type=float, help="the pilot's paired SD, for the design's power")
     study.add_argument("--save", type=Path, help="write DIR/study_analysis.json and DIR/study_analysis.md")
+    study.add_argument(
+        "--exploratory",
+        metavar="WHAT",
+        help="an exploratory pair (e.g. 'G = 16'): reported as such, its reading not a finding; saved as "
+        "DIR/exploratory_analysis.{json,md}",
+    )
     seeds = commands.add_parser("seeds", help="section 5's seed rule from the pilot's arms 3 and 10 at the chosen lr")
     seeds.add_argument("folder", type=Path, help="the chosen lr's pilot folder, holding arms 3 and 10")
     seeds.add_argument("--save", type=Path, help="write DIR/seed_rule.json and DIR/seed_rule.md")
@@ -684,12 +697,13 @@ def main(argv: list[str] | None = None) -> int:
         results = json.loads(ns.results.read_text())
         analysis = analyze(results, ns.pilot_sigma)
         names = {run["arm"]: run.get("arm_name", "") for run in results["runs"]}
-        text = report(analysis, names)
+        text = report(analysis, names, ns.exploratory)
         print(text)
         if ns.save:
             ns.save.mkdir(parents=True, exist_ok=True)
-            (ns.save / "study_analysis.md").write_text(text)
-            (ns.save / "study_analysis.json").write_text(json.dumps(analysis, indent=1) + "\n")
+            name = "exploratory_analysis" if ns.exploratory else "study_analysis"
+            (ns.save / f"{name}.md").write_text(text)
+            (ns.save / f"{name}.json").write_text(json.dumps(analysis, indent=1) + "\n")
         return 0
     rows, runs = lr_pilot(ns.folders)
     lr = chosen_lr(rows)

@@ -169,6 +169,18 @@ def test_the_analysis_pairs_by_seed_and_reads_the_primary_as_the_protocol_says()
     assert "**better**" in text and "| 10 pipelined screening | generated tokens |" in text
 
 
+def test_an_exploratory_pair_is_reported_as_such(tmp_path, capsys):
+    """The G = 16 pair: arms 3 and 10 only, no secondary table, its reading not in bold nor called a finding."""
+    results = {"runs": [r for r in _study([0.03, 0.02, 0.04, 0.03, 0.02, 0.03], [0.0] * 6)["runs"] if r["arm"] != 1]}
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    out = tmp_path / "saved"
+    assert study.main(["analyze", str(tmp_path / "results.json"), "--exploratory", "G = 16", "--save", str(out)]) == 0
+    text = (out / "exploratory_analysis.md").read_text()
+    assert text.startswith("Exploratory, G = 16 (arm 10 - arm 3") and "**" not in text.split("\n")[0]
+    assert "better (exploratory: not a protocol finding)" in text and "secondary arm" not in text
+    assert not (out / "study_analysis.md").exists() and text in capsys.readouterr().out
+
+
 def test_the_readings_of_a_null_and_a_worse_primary():
     flat = study.analyze(_study([0.001, -0.002, 0.0, 0.002, -0.001], [0.0] * 5))["primary"]["reading"]
     assert flat == "no difference detected; equivalent within 2 points"
