@@ -10,13 +10,14 @@ protocol words them, so that every choice is made by code a reader can rerun, no
     PYTHONPATH=. python benchmarks/study.py seeds runs/pilot/lr1e-4 --save benchmarks/results/study
     PYTHONPATH=. python benchmarks/study.py analyze runs/study/results.json --pilot-sigma 0.03 --save DIR
     PYTHONPATH=. python benchmarks/study.py profile-threshold runs/study/results.json runs/study/seed*/task_check.json
+    PYTHONPATH=. python benchmarks/study.py status benchmarks/results/study/seeds
 
 ``lr-pilot`` prints the sweep (per lr, one results folder each: the pilot seeds' mean held-out sampled accuracy at
 every evaluation and its largest fall below the warm start) and the lr the rule picks; ``seeds`` reads arms 3 and
 10 of the chosen lr's folder and prints the study's seed count; ``analyze`` prints the study's tables;
 ``profile-threshold`` relates each seed's primary gain to the saving `trl-dapo profile` predicts at its warm start
-(amendment 3: its ``checks`` are ``ablation.py --check-task 1000`` of the study's seed folders). ``--save DIR`` writes
-each one's markdown and JSON.
+(amendment 3: its ``checks`` are ``ablation.py --check-task 1000`` of the study's seed folders); ``status`` lists the
+protocol runs and checks not yet kept. ``--save DIR`` writes each one's markdown and JSON.
 """
 
 from __future__ import annotations
@@ -167,6 +168,9 @@ def sign_flip_p(differences: Sequence[float], draws: int = SIGN_FLIP_DRAWS, seed
 
 PRIMARY = (10, 3)  # arm, reference
 SECONDARIES = (1, 4, 7, 11, 8)
+# Section 5's outcome (benchmarks/results/study/seed_rule.json): seeds 0-19 run the primary pair, 0-9 every arm and
+# the exploratory G = 16 pair.
+STUDY_SEEDS, SECONDARY_SEEDS = 20, 10
 # The cost axes of a record's curve, for the areas and times to target: the primary's, then the descriptive ones.
 AXES = {
     "completions": "generated completions",
@@ -576,6 +580,28 @@ def threshold_report(relation: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def remaining_runs(kept: Path, seeds: int = STUDY_SEEDS, secondary_seeds: int = SECONDARY_SEEDS) -> dict:
+    """What the study still lacks, from the records kept per seed (``kept/seedN/results.json``, as
+    benchmarks/results/study/seeds holds them): per seed, the protocol arms not yet run, and the seeds whose
+    warm-start check (amendment 3) is missing.
+
+    >>> remaining_runs(Path("/nonexistent"), seeds=3, secondary_seeds=1)["runs"]
+    {0: [3, 10, 1, 4, 7, 11, 8], 1: [3, 10], 2: [3, 10]}
+    """
+    protocol = [*PRIMARY[::-1], *SECONDARIES]
+    runs, checks = {}, []
+    for seed in range(seeds):
+        folder = kept / f"seed{seed}"
+        wanted = protocol if seed < secondary_seeds else list(PRIMARY[::-1])
+        path = folder / "results.json"
+        done = {run["arm"] for run in json.loads(path.read_text())["runs"]} if path.exists() else set()
+        if missing := [arm for arm in wanted if arm not in done]:
+            runs[seed] = missing
+        if not (folder / "task_check.json").exists():
+            checks.append(seed)
+    return {"runs": runs, "checks": checks}
+
+
 def seed_rule(results: dict) -> dict:
     """Section 5 on the pilot: sigma, the SD of the paired differences (arm 10 - arm 3) in final sampled accuracy over
     the pilot seeds, the number of study seeds it asks for, and the power that number has at that sigma."""
@@ -672,7 +698,19 @@ def main(argv: list[str] | None = None) -> int:
     threshold.add_argument("results", type=Path, help="the study's results.json")
     threshold.add_argument("checks", nargs="+", type=Path, help="task_check.json files of the study seeds")
     threshold.add_argument("--save", type=Path, help="write DIR/profile_threshold.json and DIR/profile_threshold.md")
+    status = commands.add_parser("status", help="the protocol runs and warm-start checks not yet kept")
+    status.add_argument(
+        "kept", type=Path, help="the kept records, one folder per seed (benchmarks/results/study/seeds)"
+    )
     ns = parser.parse_args(argv)
+    if ns.command == "status":
+        left = remaining_runs(ns.kept)
+        for seed, arms in left["runs"].items():
+            print(f"seed {seed}: arms {' '.join(map(str, arms))} to run")
+        print(
+            f"{sum(map(len, left['runs'].values()))} runs left; warm-start checks missing: {left['checks'] or 'none'}"
+        )
+        return 0
     if ns.command == "profile-threshold":
         checks = {}
         for path in ns.checks:

@@ -479,3 +479,16 @@ def test_the_kept_warm_start_checks_are_of_the_study_seeds_warm_starts():
             mine = groups["successes"][1000 * index : 1000 * (index + 1)]
             assert sum(mine) / 8000 == pytest.approx(shares[kind]["pass_rate"])
         assert 0.0 <= study.predicted_saving(check)["saving"] < 1.0
+
+
+def test_the_status_lists_the_protocol_runs_and_checks_not_yet_kept(tmp_path, capsys):
+    for seed, arms in ((0, [3, 10, 1]), (12, [3, 10])):
+        folder = tmp_path / f"seed{seed}"
+        folder.mkdir()
+        (folder / "results.json").write_text(json.dumps({"runs": [{"arm": arm, "seed": seed} for arm in arms]}))
+    (tmp_path / "seed0" / "task_check.json").write_text("{}")
+    left = study.remaining_runs(tmp_path)
+    assert left["runs"][0] == [4, 7, 11, 8] and 12 not in left["runs"] and left["runs"][19] == [3, 10]
+    assert left["checks"] == list(range(1, 20))
+    assert study.main(["status", str(tmp_path)]) == 0
+    assert f"{4 + 9 * 7 + 9 * 2} runs left" in capsys.readouterr().out
