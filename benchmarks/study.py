@@ -483,7 +483,8 @@ def mean_gain_band(savings: Sequence[float], gains: Sequence[float], at: Sequenc
     s = math.sqrt(float((residuals**2).sum()) / (n - 2))
     where = np.asarray(at, dtype=float)
     mean = y.mean() + slope * (where - centre)
-    half = t_quantile(1 - (1 - level) / 2, n - 2) * s * np.sqrt(1 / n + (where - centre) ** 2 / sxx)
+    t = t_quantile(1 - (1 - level) / 2, n - 2)
+    half = t * s * np.sqrt(1 / n + (where - centre) ** 2 / sxx)
     return {
         "n": n,
         "intercept_at_mean": float(y.mean()),
@@ -491,7 +492,7 @@ def mean_gain_band(savings: Sequence[float], gains: Sequence[float], at: Sequenc
         "slope": slope,
         "residual_sd": s,
         "sxx": sxx,
-        "t": t_quantile(1 - (1 - level) / 2, n - 2),
+        "t": t,
         "at": where.tolist(),
         "mean": mean.tolist(),
         "low": (mean - half).tolist(),
