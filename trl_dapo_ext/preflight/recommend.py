@@ -299,7 +299,8 @@ def _screening_or_not(
     if gain is not None:
         said += f"; at that saving the study's fit expects a gain of {100 * gain[0]:+.1f} [{100 * gain[1]:+.1f}, "
         said += f"{100 * gain[2]:+.1f}] points of held-out accuracy"
-        if evidence.fit is not None and not evidence.fit["covered"][0] <= saving <= evidence.fit["covered"][1]:
+        low_covered, high_covered = evidence.fit["covered"]  # a gain implies a fit
+        if not low_covered <= saving <= high_covered:
             said += " (outside the savings it measured, an extrapolation)"
     off = {"dynamic_sampling": False}
     threshold = evidence.threshold
