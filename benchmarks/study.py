@@ -346,6 +346,14 @@ def analyze(results: dict, pilot_sigma: float | None = None) -> dict:
             value = lambda r, name=name: r["curve"][-1]["accuracy_by_class"][name]["sampled"]  # noqa: E731
             rows[f"class {name}"] = compare(list(paired(runs, a, reference, value).values()))
         breakdowns[a] = rows
+    # Section 6: one CPU model, or the primary blocked on the model as an exploratory breakdown.
+    cpu_models = sorted({run["machine"].get("cpu", "unknown") for run in runs})
+    by_cpu_model = {}
+    if len(cpu_models) > 1:
+        for model in cpu_models:
+            on_model = [run for run in runs if run["machine"].get("cpu", "unknown") == model]
+            if len(diffs := paired(on_model, arm, reference, final)) > 1:
+                by_cpu_model[model] = compare(list(diffs.values()))
     measurable = primary["n"] > 1 and primary["sd"] > 0  # no spread, no power to state
     power = {
         "observed_sd": primary["sd"],
@@ -360,6 +368,8 @@ def analyze(results: dict, pilot_sigma: float | None = None) -> dict:
         "units": {a: unit_comparisons(runs, a, reference) for a in (arm, *secondaries)},
         "power": power,
         "kernel_path": paths.pop(),
+        "cpu_models": cpu_models,
+        "by_cpu_model": by_cpu_model,
     }
 
 
@@ -436,6 +446,12 @@ def report(analysis: dict, arm_names: dict[int, str] | None = None, exploratory:
     if "pilot_sigma" in power:
         words += f", {power['at_pilot_sigma']:.0%} at the pilot's ({100 * power['pilot_sigma']:.1f} points)"
     lines += ["", words + "."]
+    models = analysis.get("cpu_models", [])
+    if len(models) == 1:
+        lines += ["", f"Every run on one CPU model ({models[0]})."]
+    elif models:
+        blocked = "; ".join(f"{model}: {_points(c)} ({c['n']} seeds)" for model, c in analysis["by_cpu_model"].items())
+        lines += ["", f"The runs span {len(models)} CPU models; the primary within each (exploratory): {blocked or '-'}."]
     return "\n".join(lines) + "\n"
 
 

@@ -242,6 +242,21 @@ def test_the_analysis_refuses_runs_on_two_kernel_paths(tmp_path):
     assert (tmp_path / "out" / "study_analysis.md").read_text().startswith("**Primary** (arm 10 - arm 3")
 
 
+def test_runs_on_several_cpu_models_get_the_primary_blocked_on_the_model_as_exploratory():
+    """Section 6: the CPU model is recorded; one model is said, several give the primary within each model."""
+    results = _study([0.01, 0.03, 0.02, 0.04], [0.0] * 4)
+    for run in results["runs"]:
+        run["machine"]["cpu"] = "Xeon A"
+    assert study.report(study.analyze(results)).rstrip().endswith("Every run on one CPU model (Xeon A).")
+    for run in results["runs"]:
+        run["machine"]["cpu"] = "Xeon A" if run["seed"] < 2 else "Xeon B"
+    analysis = study.analyze(results)
+    assert analysis["cpu_models"] == ["Xeon A", "Xeon B"]
+    assert analysis["by_cpu_model"]["Xeon A"]["mean"] == pytest.approx(0.02)
+    assert analysis["by_cpu_model"]["Xeon B"]["mean"] == pytest.approx(0.03)
+    assert "span 2 CPU models; the primary within each (exploratory): Xeon A: +2.0" in study.report(analysis)
+
+
 def test_the_seed_rule_reads_the_pilots_paired_spread(tmp_path, capsys):
     """Pilot differences of +1, +7 and -3 points (SD 5.0): Guenther asks for 52 pairs, the study runs 40 and states
     their power; a spread of 0.5 points runs the floor of 20."""
