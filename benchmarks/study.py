@@ -451,7 +451,10 @@ def report(analysis: dict, arm_names: dict[int, str] | None = None, exploratory:
         lines += ["", f"Every run on one CPU model ({models[0]})."]
     elif models:
         blocked = "; ".join(f"{model}: {_points(c)} ({c['n']} seeds)" for model, c in analysis["by_cpu_model"].items())
-        lines += ["", f"The runs span {len(models)} CPU models; the primary within each (exploratory): {blocked or '-'}."]
+        lines += [
+            "",
+            f"The runs span {len(models)} CPU models; the primary within each (exploratory): {blocked or '-'}.",
+        ]
     return "\n".join(lines) + "\n"
 
 
