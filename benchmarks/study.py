@@ -177,7 +177,24 @@ AXES = {
     "generated_tokens": "generated tokens",
     "cpu_s": "CPU seconds of training",
     "decode_steps": "modelled GPU decode steps",
+    "cpu_evaluations": "training CPU s per evaluation's wall s (amendment 4)",
 }
+
+
+def with_speed_free_time(run: dict) -> dict:
+    """``run`` with amendment 4's axis on its curve: training CPU seconds over the run's own mean wall seconds per
+    held-out evaluation (every evaluation is the same work), so the machine's speed at the time of the run cancels.
+    The warm start's point (0 completions) was evaluated before the run and is not one of its evaluations.
+
+    >>> run = {"eval_s": 20.0, "curve": [{"completions": 0, "cpu_s": 0.0}, {"completions": 8, "cpu_s": 30.0},
+    ...                                  {"completions": 16, "cpu_s": 50.0}]}
+    >>> [point["cpu_evaluations"] for point in with_speed_free_time(run)["curve"]]
+    [0.0, 3.0, 5.0]
+    """
+    evaluations = sum(1 for point in run["curve"] if point["completions"] > 0)
+    per_evaluation = run["eval_s"] / evaluations
+    curve = [{**point, "cpu_evaluations": point["cpu_s"] / per_evaluation} for point in run["curve"]]
+    return {**run, "curve": curve}
 
 
 def compare(differences: Sequence[float], level: float = 0.95) -> dict:
@@ -269,7 +286,7 @@ def unit_comparisons(runs: Sequence[dict], arm: int, reference: int = 3) -> dict
     """Section 7's cost units for ``arm`` against ``reference``, paired by seed: the area per unit of each axis up to
     the shorter run of the pair, and each run's time to its seed's target (warm start + half of the reference's gain
     at the budget; a seed whose reference gained nothing has no target), with the censored runs counted."""
-    by = {(run["arm"], run["seed"]): run for run in runs}
+    by = {(run["arm"], run["seed"]): with_speed_free_time(run) for run in runs if run["arm"] in (arm, reference)}
     seeds = sorted(seed for a, seed in by if a == arm and (reference, seed) in by)
     out: dict = {"seeds": len(seeds)}
     for axis in AXES:

@@ -115,14 +115,14 @@ def test_no_qualifying_lr_says_to_extend_the_grid(tmp_path, capsys):
 AXES = ("completions", "generated_tokens", "cpu_s", "decode_steps")
 
 
-def _run(arm: int, seed: int, ys: list[float], cost: float = 1.0, kernel: str = "avx2") -> dict:
+def _run(arm: int, seed: int, ys: list[float], cost: float = 1.0, kernel: str = "avx2", slow: float = 1.0) -> dict:
     """A record whose sampled accuracy is ``ys`` at evaluations 6,400 completions apart; every cost axis grows with
     the completions times ``cost`` (an arm that pays more per completion on each axis)."""
     curve = [
         {
             "completions": 6400 * i,
             "generated_tokens": 6400 * i * 16 * cost,
-            "cpu_s": 10.0 * i * cost,
+            "cpu_s": 10.0 * i * cost * slow,
             "decode_steps": 50 * i * 18 * cost,
             "accuracy": {"sampled": y, "greedy": y + 0.1, "pass_at_k": y + 0.2},
             "accuracy_by_class": {"2-digit": {"sampled": y + 0.2}, "5-digit": {"sampled": y - 0.2}},
@@ -135,6 +135,7 @@ def _run(arm: int, seed: int, ys: list[float], cost: float = 1.0, kernel: str = 
         "machine": {"kernel_path": kernel},
         "curve": curve,
         "accuracy_after": curve[-1]["accuracy"],
+        "eval_s": 5.0 * (len(ys) - 1) * slow,  # one evaluation per point after the warm start's
     }
 
 
@@ -229,6 +230,22 @@ def test_the_cost_units_pair_the_shorter_run_and_count_censored_runs():
     # the target is the warm start plus half of arm 3's gain (0.55), which arm 3 reaches at its first evaluation
     assert reached["reference"]["median"] == pytest.approx(10.0) and reached["arm"]["median"] == pytest.approx(20.0)
     assert study._median_censored([1.0, None, 3.0]) == 3.0 and study._median_censored([1.0, None]) is None
+
+
+def test_the_speed_free_unit_cancels_the_machines_speed_that_cpu_seconds_carry():
+    """Amendment 4: arm 10 learns as arm 3 does at the same cost, but every arm-10 run was made on a machine 1.5x
+    slower. CPU seconds read that as a loss; CPU seconds over the run's own evaluation time do not."""
+    runs = []
+    for seed in range(4):
+        runs += [_run(3, seed, [0.5, 0.55, 0.6]), _run(10, seed, [0.5, 0.55, 0.6], slow=1.5)]
+    units = study.analyze({"runs": runs})["units"][10]
+    assert units["cpu_s"]["area"]["mean"] < -0.01
+    assert units["cpu_evaluations"]["area"]["mean"] == pytest.approx(0.0, abs=1e-12)
+    times = units["cpu_evaluations"]["time_to_target"]
+    assert times["arm"]["median"] == pytest.approx(times["reference"]["median"]) == pytest.approx(2.0)
+    assert "| 10 | training CPU s per evaluation's wall s (amendment 4) | +0.0 [+0.0, +0.0] |" in study.report(
+        study.analyze({"runs": runs})
+    )
 
 
 def test_the_analysis_refuses_runs_on_two_kernel_paths(tmp_path):
