@@ -1140,7 +1140,8 @@ def parse(argv: list[str] | None) -> Options:
         nargs="+",
         default=None,
         help=f"arm numbers, 'selection' for {' '.join(map(str, SELECTION_ARMS))} or 'protocol' for "
-        f"{' '.join(map(str, PROTOCOL_ARMS))} (benchmarks/protocol.md) (default all): {arms}",
+        f"{' '.join(map(str, PROTOCOL_ARMS))} (benchmarks/protocol.md) (default all); each seed's runs go in this "
+        f"order: {arms}",
     )
     parser.add_argument(
         "--task",
@@ -1214,7 +1215,8 @@ def parse(argv: list[str] | None) -> Options:
     )
     if ns.arms is not None:
         try:
-            ns.arms = sorted({a for word in ns.arms for a in ARM_GROUPS.get(word, None) or [int(word)]})
+            # The order given is the order each seed's runs are made in (protocol amendment 4 runs arm 10 first).
+            ns.arms = list(dict.fromkeys(a for word in ns.arms for a in ARM_GROUPS.get(word, None) or [int(word)]))
         except ValueError:
             parser.error(f"--arms takes arm numbers ({', '.join(map(str, sorted(ARMS)))}), 'selection' or 'protocol'")
         if set(ns.arms) - set(ARMS):

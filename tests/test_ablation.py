@@ -43,7 +43,13 @@ def test_arms_are_cumulative_config_changes_as_in_the_dapo_table():
     assert _changed(arms[10], arms[11]) == {"dynamic_sampling_screen_generations"}
     assert arms[11]["dynamic_sampling_screen_generations"] == 2
     assert ablation.PROTOCOL_ARMS[:2] == [3, 10] and sorted(ablation.PROTOCOL_ARMS[2:]) == [1, 4, 7, 8, 11]
-    assert ablation.parse(["--output", "x", "--arms", "protocol"]).arms == sorted(ablation.PROTOCOL_ARMS)
+    assert ablation.parse(["--output", "x", "--arms", "protocol"]).arms == ablation.PROTOCOL_ARMS
+
+
+def test_arms_run_in_the_order_given():
+    """Protocol amendment 4 makes arm 10 before arm 3 within a seed: `--arms 10 3` keeps that order (repeats once)."""
+    assert ablation.parse(["--output", "x", "--arms", "10", "3", "10"]).arms == [10, 3]
+    assert ablation.parse(["--output", "x", "--arms", "11", "protocol"]).arms == [11, 3, 10, 1, 4, 7, 8]
 
 
 def test_generation_meter_counts_tokens_calls_and_each_calls_longest_completion():
