@@ -463,6 +463,8 @@ def report(analysis: dict, arm_names: dict[int, str] | None = None, exploratory:
     if "pilot_sigma" in power:
         words += f", {power['at_pilot_sigma']:.0%} at the pilot's ({100 * power['pilot_sigma']:.1f} points)"
     lines += ["", words + "."]
+    if order := analysis.get("run_order"):
+        lines += ["", order_line({int(seed): arms for seed, arms in order.items()})]
     models = analysis.get("cpu_models", [])
     if len(models) == 1:
         lines += ["", f"Every run on one CPU model ({models[0]})."]
@@ -639,6 +641,32 @@ def remaining_runs(kept: Path, seeds: int = STUDY_SEEDS, secondary_seeds: int = 
     return {"runs": runs, "checks": checks}
 
 
+def run_order(kept: Path) -> dict[int, list[int]]:
+    """Per seed, the primary pair's arms in the order their runs were made (amendment 5), read from the records kept
+    per seed: a seed's ``results.json`` lists its runs as they finished, one run at a time.
+
+    >>> run_order(Path("/nonexistent"))
+    {}
+    """
+    order = {}
+    for path in kept.glob("seed*/results.json"):
+        arms = [run["arm"] for run in json.loads(path.read_text())["runs"] if run["arm"] in PRIMARY]
+        if len(arms) == len(PRIMARY):
+            order[int(path.parent.name.removeprefix("seed"))] = arms
+    return dict(sorted(order.items()))
+
+
+def order_line(order: dict[int, list[int]]) -> str:
+    """The report's line on each pair's run order (amendment 5).
+
+    >>> order_line({0: [3, 10], 1: [10, 3], 2: [3, 10]})
+    'Run order within each pair (amendment 5): arm 3 first on seeds 0, 2; arm 10 first on seeds 1.'
+    """
+    first = {arm: [seed for seed, arms in order.items() if arms[0] == arm] for arm in PRIMARY[::-1]}
+    parts = [f"arm {arm} first on seeds {', '.join(map(str, seeds))}" for arm, seeds in first.items() if seeds]
+    return f"Run order within each pair (amendment 5): {'; '.join(parts)}."
+
+
 def seed_rule(results: dict) -> dict:
     """Section 5 on the pilot: sigma, the SD of the paired differences (arm 10 - arm 3) in final sampled accuracy over
     the pilot seeds, the number of study seeds it asks for, and the power that number has at that sigma."""
@@ -721,6 +749,9 @@ def main(argv: list[str] | None = None) -> int:
     study.add_argument("--pilot-sigma", type=float, help="the pilot's paired SD, for the design's power")
     study.add_argument("--save", type=Path, help="write DIR/study_analysis.json and DIR/study_analysis.md")
     study.add_argument(
+        "--kept", type=Path, help="the records kept per seed (benchmarks/results/study/seeds): each pair's run order"
+    )
+    study.add_argument(
         "--exploratory",
         metavar="WHAT",
         help="an exploratory pair (e.g. 'G = 16'): reported as such, its reading not a finding; saved as "
@@ -771,6 +802,8 @@ def main(argv: list[str] | None = None) -> int:
     if ns.command == "analyze":
         results = json.loads(ns.results.read_text())
         analysis = analyze(results, ns.pilot_sigma)
+        if ns.kept:
+            analysis["run_order"] = run_order(ns.kept)
         names = {run["arm"]: run.get("arm_name", "") for run in results["runs"]}
         text = report(analysis, names, ns.exploratory)
         print(text)
