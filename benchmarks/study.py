@@ -641,21 +641,6 @@ def remaining_runs(kept: Path, seeds: int = STUDY_SEEDS, secondary_seeds: int = 
     return {"runs": runs, "checks": checks}
 
 
-def run_order(kept: Path) -> dict[int, list[int]]:
-    """Per seed, the primary pair's arms in the order their runs were made (amendment 5), read from the records kept
-    per seed: a seed's ``results.json`` lists its runs as they finished, one run at a time.
-
-    >>> run_order(Path("/nonexistent"))
-    {}
-    """
-    order = {}
-    for path in kept.glob("seed*/results.json"):
-        arms = [run["arm"] for run in json.loads(path.read_text())["runs"] if run["arm"] in PRIMARY]
-        if len(arms) == len(PRIMARY):
-            order[int(path.parent.name.removeprefix("seed"))] = arms
-    return dict(sorted(order.items()))
-
-
 def order_line(order: dict[int, list[int]]) -> str:
     """The report's line on each pair's run order (amendment 5).
 
@@ -749,7 +734,10 @@ def main(argv: list[str] | None = None) -> int:
     study.add_argument("--pilot-sigma", type=float, help="the pilot's paired SD, for the design's power")
     study.add_argument("--save", type=Path, help="write DIR/study_analysis.json and DIR/study_analysis.md")
     study.add_argument(
-        "--kept", type=Path, help="the records kept per seed (benchmarks/results/study/seeds): each pair's run order"
+        "--run-order",
+        type=Path,
+        help="a JSON file whose 'order' maps each seed to its primary pair's arms in the order run (amendment 5; "
+        "benchmarks/results/study/run_order.json): listed in the report",
     )
     study.add_argument(
         "--exploratory",
@@ -802,8 +790,8 @@ def main(argv: list[str] | None = None) -> int:
     if ns.command == "analyze":
         results = json.loads(ns.results.read_text())
         analysis = analyze(results, ns.pilot_sigma)
-        if ns.kept:
-            analysis["run_order"] = run_order(ns.kept)
+        if ns.run_order:
+            analysis["run_order"] = json.loads(ns.run_order.read_text())["order"]
         names = {run["arm"]: run.get("arm_name", "") for run in results["runs"]}
         text = report(analysis, names, ns.exploratory)
         print(text)

@@ -526,20 +526,21 @@ def test_the_status_lists_the_protocol_runs_and_checks_not_yet_kept(tmp_path, ca
     assert f"{4 + 9 * 7 + 9 * 2} runs left" in capsys.readouterr().out
 
 
-def test_the_report_lists_each_pairs_run_order_from_the_kept_records(tmp_path):
-    """Amendment 5: the kept per-seed records list runs as they finished; the report says which arm ran first."""
+def test_the_report_lists_each_pairs_run_order(tmp_path):
+    """Amendment 5: the report says which arm of each primary pair ran first, from the saved run order."""
     results = _study([0.01, 0.02, 0.03], [0.0] * 3)
     (tmp_path / "results.json").write_text(json.dumps(results))
-    for seed, arms in ((0, [3, 10, 1]), (1, [10, 3]), (2, [1, 3, 10])):
-        (tmp_path / "kept" / f"seed{seed}").mkdir(parents=True)
-        runs = [{"arm": arm, "seed": seed} for arm in arms]
-        (tmp_path / "kept" / f"seed{seed}" / "results.json").write_text(json.dumps({"runs": runs}))
-    (tmp_path / "kept" / "seed3").mkdir()  # a seed with one arm of the pair: no order yet
-    (tmp_path / "kept" / "seed3" / "results.json").write_text(json.dumps({"runs": [{"arm": 10, "seed": 3}]}))
-    assert study.run_order(tmp_path / "kept") == {0: [3, 10], 1: [10, 3], 2: [3, 10]}
-    args = ["analyze", str(tmp_path / "results.json"), "--kept", str(tmp_path / "kept"), "--save", str(tmp_path)]
-    assert study.main(args) == 0
+    (tmp_path / "order.json").write_text(json.dumps({"order": {"0": [3, 10], "1": [10, 3], "2": [3, 10]}}))
+    args = ["analyze", str(tmp_path / "results.json"), "--run-order", str(tmp_path / "order.json")]
+    assert study.main([*args, "--save", str(tmp_path)]) == 0
     text = (tmp_path / "study_analysis.md").read_text()
     assert "Run order within each pair (amendment 5): arm 3 first on seeds 0, 2; arm 10 first on seeds 1." in text
-    saved = json.loads((tmp_path / "study_analysis.json").read_text())
-    assert saved["run_order"] == {"0": [3, 10], "1": [10, 3], "2": [3, 10]}
+    assert json.loads((tmp_path / "study_analysis.json").read_text())["run_order"]["1"] == [10, 3]
+
+
+def test_the_saved_run_order_is_the_one_amendment_5_states():
+    """Seeds 17-19 ran arm 10 first, every other seed arm 3 first (amendments 4 and 5)."""
+    order = json.loads((SAVED / "run_order.json").read_text())["order"]
+    assert sorted(map(int, order)) == list(range(20))
+    assert {int(seed) for seed, arms in order.items() if arms == [10, 3]} == {17, 18, 19}
+    assert all(arms in ([3, 10], [10, 3]) for arms in order.values())
