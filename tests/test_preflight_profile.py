@@ -268,7 +268,7 @@ def _printed_profile(successes: list[int], samples: int = 8, group: int = 8) -> 
 @pytest.mark.parametrize("successes", [[0] * 60 + [8] * 20 + [4] * 20, [0] * 40 + [1] * 30 + [2] * 30])
 def test_profile_prints_each_quantity_once_with_its_unit_and_interval(successes):
     """The zero-variance share once (not also as a retention), GRPO's cost once (not also as the planner's cost per
-    retained group), screening's saving with its interval, the threshold called a setting, no unmeasured mode."""
+    retained group), screening's saving with its interval, where the answer comes from (the study), no unmeasured mode."""
     text = _printed_profile(successes)
     lines = text.splitlines()
     assert sum("zero-variance" in line for line in lines) == 1 and "retention" not in text
@@ -279,5 +279,5 @@ def test_profile_prints_each_quantity_once_with_its_unit_and_interval(successes)
     assert len(grpo) == 1 and re.search(r": \d+\.\d completions \[\d+\.\d, \d+\.\d\]$", grpo[0]), grpo
     saving = next(line for line in lines if "screening's saving" in line)
     assert re.search(r"\d+% of GRPO's completions per informative group \[-?\d+%, -?\d+%\]$", saving), saving
-    assert "15% threshold is a setting" in text and "not a measured relation" in text
+    assert "from the study's 20 seeds" in text and "no measurable difference expected" in text
     assert "k=2" not in text and "k = 2" not in text

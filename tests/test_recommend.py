@@ -14,8 +14,12 @@ from hypothesis import strategies as st
 from trl_dapo_ext.dynamic_sampling.screening import mixed_chance, probe_rule_bound
 from trl_dapo_ext.preflight.difficulty import prompt_stats, summarize
 from trl_dapo_ext.preflight.recommend import (
+    EVIDENCE,
     MEASURED_PROBES,
     MIN_SAVING,
+    NO_DIFFERENCE,
+    SETTING,
+    STUDY,
     _costs,
     power_estimates,
     recommend_mode,
@@ -106,7 +110,7 @@ def test_grpo_cost_matches_simulated_groups():
 
 
 def test_screening_when_most_groups_are_zero_variance():
-    choice = recommend_mode([8] * 40 + [0] * 30 + [4] * 30, samples=8, group_size=8)
+    choice = recommend_mode([8] * 40 + [0] * 30 + [4] * 30, samples=8, group_size=8, evidence=SETTING)
     assert choice.mode == "screening at GRPO budget"
     assert choice.config == {
         "dynamic_sampling": True,
@@ -121,15 +125,39 @@ def test_screening_when_most_groups_are_zero_variance():
 
 
 def test_plain_grpo_when_screening_saves_little():
-    choice = recommend_mode([4] * 10, samples=8, group_size=8)
+    choice = recommend_mode([4] * 10, samples=8, group_size=8, evidence=SETTING)
     assert choice.mode == "plain GRPO" and choice.config == {"dynamic_sampling": False}
     assert choice.saving < MIN_SAVING and f"{MIN_SAVING:.0%}" in choice.reason
+
+
+def test_the_default_evidence_is_the_studys_no_measurable_difference_at_g_8():
+    """The study set no threshold (docs/ablation.md): at G = 8 the answer is "no measurable difference expected" with
+    dynamic sampling off, whatever the saving, and the fit's gain at the dataset's saving; other G are not covered."""
+    assert EVIDENCE is STUDY and STUDY.threshold is None and STUDY.group_sizes == (8,)
+    assert STUDY.config["dynamic_sampling_pipeline"] is True  # the mode the study measured: its arm 10
+    low_covered, high_covered = STUDY.fit["covered"]
+    for successes in ([0] * 10 + [4] * 90, [8] * 40 + [0] * 30 + [4] * 30, [4] * 10, [0] * 90 + [4] * 10):
+        choice = recommend_mode(successes, samples=8, group_size=8)
+        assert choice.config == {"dynamic_sampling": False} and "leave dynamic sampling off" in choice.reason
+        mean, low, high = STUDY.gain_at(choice.saving)
+        assert f"expects a gain of {100 * mean:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}] points" in choice.reason
+        if low_covered <= choice.saving <= high_covered:  # the study's answer
+            assert choice.mode == NO_DIFFERENCE and "within 2 points" in choice.reason
+            assert "an extrapolation" not in choice.reason
+        else:  # a saving the study did not measure: no answer claimed
+            assert choice.mode == "plain GRPO" and "an extrapolation" in choice.reason
+            assert "not determined for this saving" in choice.reason and NO_DIFFERENCE not in choice.reason
+    savings = [recommend_mode(c, 8, 8).saving for c in ([0] * 10 + [4] * 90, [0] * 90 + [4] * 10)]
+    assert low_covered <= savings[0] <= high_covered < savings[1]  # both branches ran
+    wider = recommend_mode([0] * 30 + [8] * 10, samples=16, group_size=16)
+    assert wider.mode == "plain GRPO" and "at G = 8" in wider.reason and "saving" not in wider.intervals
 
 
 def test_no_unmeasured_probe_count_is_ever_recommended():
     """k = 4 was the one screening setting measured: a G it does not divide gets plain GRPO, never k = 2 or 3."""
     for group_size in (4, 6, 12):
-        choice = recommend_mode([0] * 30 + [group_size // 2] * 10, samples=group_size, group_size=group_size)
+        successes = [0] * 30 + [group_size // 2] * 10
+        choice = recommend_mode(successes, samples=group_size, group_size=group_size, evidence=SETTING)
         modes = {k for k in choice.costs if k.startswith("screening")}
         if group_size % MEASURED_PROBES or group_size == MEASURED_PROBES:
             assert choice.mode == "plain GRPO" and not modes and "k = 4" in choice.reason
@@ -170,4 +198,4 @@ def test_the_profile_summary_carries_the_recommendation():
     # one number per quantity: GRPO's cost is G over the summary's own retention
     assert costs["grpo"] == pytest.approx(8 / summary["expected_retention"], rel=1e-3)
     assert set(recommendation["intervals_95"]) == {"zero_variance_share", "grpo", "screening k=4", "saving"}
-    assert "not a measured relation" in recommendation["threshold"]
+    assert recommendation["threshold"] == STUDY.note and "20 seeds" in STUDY.note

@@ -544,3 +544,64 @@ def test_the_saved_run_order_is_the_one_amendment_5_states():
     assert sorted(map(int, order)) == list(range(20))
     assert {int(seed) for seed, arms in order.items() if arms == [10, 3]} == {17, 18, 19}
     assert all(arms in ([3, 10], [10, 3]) for arms in order.values())
+
+
+def test_the_profile_uses_the_studys_saved_relation():
+    """`trl-dapo profile`'s default evidence is the relation `profile-threshold` saved from the study's records and
+    warm-start checks (amendment 3), recomputed here from the kept records: its fit, range, threshold and answer."""
+    from trl_dapo_ext.preflight.recommend import EVIDENCE, PIPELINED_SCREENING, STUDY_RELATION, Evidence
+
+    saved = json.loads((SAVED / "profile_threshold.json").read_text())
+    kept = SAVED / "seeds"
+    runs = [run for path in kept.glob("seed*/results.json") for run in json.loads(path.read_text())["runs"]]
+    checks = {}
+    for path in kept.glob("seed*/task_check.json"):
+        checks.update(json.loads(path.read_text())["seeds"])
+    again = study.study_profile_threshold({"runs": runs}, checks)
+    assert again["seeds"] == saved["seeds"] == list(range(20))
+    assert again["fit"] == pytest.approx(saved["fit"]) and again["answer"] == saved["answer"]
+    assert study.threshold_report(again) == (SAVED / "profile_threshold.md").read_text()
+    assert {key: saved[key] for key in STUDY_RELATION} == STUDY_RELATION
+    assert EVIDENCE == Evidence.from_relation(saved, PIPELINED_SCREENING, group_size=8)
+
+
+def _saved_study() -> tuple[dict, dict]:
+    return json.loads((SAVED / "results.json").read_text()), json.loads((SAVED / "study_analysis.json").read_text())
+
+
+def test_the_study_results_file_holds_every_kept_record():
+    """The one results file is the kept per-seed records merged (per-step rows left out): each run once, nothing
+    else, every record with its tokens, calls and CPU time."""
+    results, _ = _saved_study()
+    kept = [run for path in (SAVED / "seeds").glob("seed*/results.json") for run in json.loads(path.read_text())["runs"]]
+    key = lambda run: (run["seed"], run["arm"])  # noqa: E731
+    assert [key(r) for r in results["runs"]] == sorted(map(key, kept))
+    assert results["runs"] == [study.without_per_step(run) for run in sorted(kept, key=key)]
+    for run in results["runs"]:
+        assert run["generated_tokens"] > 0 and run["generation_calls"] > 0 and run["cpu_s"] > 0
+        assert all("generated_tokens" in point and "cpu_s" in point for point in run["curve"])
+
+
+def test_the_saved_study_analysis_is_what_the_protocols_analysis_gives():
+    results, saved = _saved_study()
+    sigma = json.loads((SAVED / "seed_rule.json").read_text())["sigma"]
+    analysis = study.analyze(results, sigma)
+    analysis["run_order"] = json.loads((SAVED / "run_order.json").read_text())["order"]
+    assert json.loads(json.dumps(analysis)) == saved
+    names = {run["arm"]: run.get("arm_name", "") for run in results["runs"]}
+    assert study.report(analysis, names) == (SAVED / "study_analysis.md").read_text()
+    assert saved["primary"]["n"] == 20 and {run["machine"]["kernel_path"] for run in results["runs"]} == {"avx2"}
+
+
+def test_the_docs_quote_the_studys_report_and_threshold():
+    page = (ROOT / "docs" / "ablation.md").read_text()
+    assert (SAVED / "study_analysis.md").read_text() in page
+    assert (SAVED / "profile_threshold.md").read_text() in page
+    _, saved = _saved_study()
+    primary = saved["primary"]
+    interval = f"{100 * primary['mean']:+.1f} [{100 * primary['low']:+.1f}, {100 * primary['high']:+.1f}]"
+    prose = " ".join(page.split())
+    assert f"(k = 4 probes, G = 8) ended {interval} points of held-out sampled accuracy" in prose
+    assert f"paired SD {100 * primary['sd']:.1f} points" in prose
+    found = [arm for arm, c in saved["secondaries"].items() if c["finding"]]
+    assert ("a finding for arm" in prose) == bool(found)

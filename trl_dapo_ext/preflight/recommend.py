@@ -22,20 +22,30 @@ and their sampling noise. More prompts (``--max-prompts``) or samples (``--sampl
 
 The recommendation is screening at GRPO's budget (``dynamic_sampling_fixed_budget=True``: GRPO's completions and
 optimizer steps, more informative groups per step) when its estimated saving reaches the threshold of the `Evidence`
-in use, plain GRPO otherwise. The evidence says where the threshold comes from: `SETTING` (`MIN_SAVING`, a setting),
-or a study's measured relation between the predicted saving and the accuracy gained (`Evidence.from_relation`, from
-``benchmarks/study.py profile-threshold``), which may also answer "no measurable difference expected". Refill is
-never the recommendation for a generation budget: at an equal number of completions it trains on the same
-informative groups as GRPO in fewer, larger steps.
+in use, plain GRPO otherwise. The evidence says where the threshold comes from. The default, `STUDY`, is the
+pre-registered study's measured relation between the saving predicted at a seed's warm start and the accuracy its
+pipelined screening gained (`Evidence.from_relation`, from ``benchmarks/study.py profile-threshold``; docs/ablation.md):
+it set no threshold, and its band of the gain lies within 2 points at every saving it measured (3-17%), so at G = 8
+the answer is "no measurable difference expected", with the gain the fit expects at the dataset's saving; beyond
+those savings it is plain GRPO with "not determined". `SETTING`
+keeps the earlier rule, a 15% threshold (`MIN_SAVING`, a setting). Refill is never the recommendation for a
+generation budget: at an equal number of completions it trains on the same informative groups as GRPO in fewer,
+larger steps.
 
 Example (five prompts never solved, five solved 4 times in 8; G = 8):
     >>> choice = recommend_mode([0] * 5 + [4] * 5, samples=8, group_size=8)
-    >>> choice.mode, round(choice.costs["grpo"], 1), round(choice.costs["screening k=4"], 1)
-    ('screening at GRPO budget', 16.0, 12.1)
+    >>> round(choice.costs["grpo"], 1), round(choice.costs["screening k=4"], 1), round(choice.saving, 2)
+    (16.0, 12.1, 0.24)
 
     GRPO: half the groups are mixed, 8 / 0.5 = 16 completions each. Screening: a never-solved prompt costs its 4
     probes instead of 8, and a prompt at 4 of 8 costs 8 for its informative group: (5 x 4 + 5 x 8) / 5 = 12 per
-    informative group, a little more since such a prompt's 4 probes can agree.
+    informative group, a little more since such a prompt's 4 probes can agree. A 24% saving lies beyond the savings
+    the study measured, so its evidence gives no answer there; the 15% setting would recommend screening:
+
+    >>> choice.mode, recommend_mode([0] * 5 + [4] * 5, samples=8, group_size=8, evidence=SETTING).mode
+    ('plain GRPO', 'screening at GRPO budget')
+    >>> recommend_mode([0] + [4] * 9, samples=8, group_size=8).mode  # a 4% saving, inside the study's range
+    'no measurable difference expected'
 """
 
 from __future__ import annotations
@@ -47,8 +57,8 @@ from typing import Any
 
 import numpy as np
 
-# Screening is recommended when it saves at least this share of GRPO's completions per informative group. A setting,
-# not a measured relation: no run has measured at which saving screening's accuracy gain starts (docs/choosing.md).
+# `SETTING`'s threshold: screening when it saves at least this share of GRPO's completions per informative group. A
+# setting, not a measured relation; the default evidence is the study's (`STUDY`).
 MIN_SAVING = 0.15
 # The one probe count the equal-compute ablation trained with (arm 9: k = 4 of G = 8, at GRPO's budget).
 MEASURED_PROBES = 4
@@ -119,10 +129,30 @@ FIXED_BUDGET_SCREENING = {
     "dynamic_sampling_screen_generations": MEASURED_PROBES,
     "dynamic_sampling_fixed_budget": True,
 }
-# The evidence `recommend_mode` uses by default: the setting, until the pre-registered study (benchmarks/protocol.md)
-# has all its seeds and its measured relation replaces it.
+# The study's primary arm (benchmarks/ablation.py's arm 10): screening at GRPO's budget, one generation call a step.
+PIPELINED_SCREENING = {**FIXED_BUDGET_SCREENING, "dynamic_sampling_pipeline": True}
+# The 15% setting, the rule before the study: still there as `recommend_mode(..., evidence=SETTING)`.
 SETTING = Evidence(MIN_SAVING, THRESHOLD_NOTE, FIXED_BUDGET_SCREENING)
-EVIDENCE = SETTING
+# The pre-registered study's relation between the saving predicted at each seed's warm start and the gain of its
+# primary pair, 20 seeds at G = 8 (benchmarks/protocol.md, amendment 3; benchmarks/results/study/profile_threshold.json,
+# which tests/test_study.py checks this against; docs/ablation.md): no threshold, the band within 2 points.
+STUDY_RELATION = {
+    "fit": {
+        "n": 20,
+        "mean_saving": 0.067732150020766,
+        "intercept_at_mean": 0.0031593749999999756,
+        "slope": 0.025710808334687214,
+        "residual_sd": 0.005457742675051006,
+        "sxx": 0.024402985465080993,
+        "t": 2.100922040241038,
+    },
+    "covered": [0.028764076886744205, 0.16748179592272516],
+    "threshold": None,
+    "answer": "no measurable difference expected",
+}
+STUDY = Evidence.from_relation(STUDY_RELATION, PIPELINED_SCREENING, group_size=8)
+# The evidence `recommend_mode` uses by default.
+EVIDENCE = STUDY
 
 
 @dataclass(frozen=True)
@@ -296,18 +326,29 @@ def _screening_or_not(
         f"of GRPO's completions per informative group at G = {group_size}"
     )
     gain = evidence.gain_at(saving)
+    covered = True
     if gain is not None:
         said += f"; at that saving the study's fit expects a gain of {100 * gain[0]:+.1f} [{100 * gain[1]:+.1f}, "
         said += f"{100 * gain[2]:+.1f}] points of held-out accuracy"
         low_covered, high_covered = evidence.fit["covered"]  # a gain implies a fit
-        if not low_covered <= saving <= high_covered:
+        covered = low_covered <= saving <= high_covered
+        if not covered:
             said += " (outside the savings it measured, an extrapolation)"
     off = {"dynamic_sampling": False}
     threshold = evidence.threshold
+    if threshold is None and not covered:
+        # The study's answer speaks for the savings it measured only.
+        reason = f"{said}; the study set no threshold and measured savings of {low_covered:.0%}-{high_covered:.0%} "
+        reason += "only: not determined for this saving; leave dynamic sampling off, or compare pipelined screening "
+        reason += "with it off on your task (docs/choosing.md)"
+        return Recommendation("plain GRPO", off, reason, saving=saving, **estimate)
     if threshold is None:
+        # No saving from which the band stays above 0 up to the largest saving measured (amendment 3's threshold).
         mode = NO_DIFFERENCE if evidence.answer == NO_DIFFERENCE else "plain GRPO"
-        reason = f"{said}; the study found no saving from which the gain is above 0 ({evidence.answer}); leave "
-        reason += "dynamic sampling off"
+        size = "within 2 points" if mode == NO_DIFFERENCE else "not bounded within 2 points"
+        reason = f"{said}; the study set no threshold: its band of the gain does not stay above 0 up to the largest "
+        reason += f"saving it measured, and is {size} wherever it measured ({evidence.answer}); leave dynamic "
+        reason += "sampling off"
         return Recommendation(mode, off, reason, saving=saving, **estimate)
     unsure = (
         f"; the interval includes {threshold:.0%}: more prompts or samples would settle it"
