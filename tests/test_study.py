@@ -573,7 +573,9 @@ def test_the_study_results_file_holds_every_kept_record():
     """The one results file is the kept per-seed records merged (per-step rows left out): each run once, nothing
     else, every record with its tokens, calls and CPU time."""
     results, _ = _saved_study()
-    kept = [run for path in (SAVED / "seeds").glob("seed*/results.json") for run in json.loads(path.read_text())["runs"]]
+    kept = [
+        run for path in (SAVED / "seeds").glob("seed*/results.json") for run in json.loads(path.read_text())["runs"]
+    ]
     key = lambda run: (run["seed"], run["arm"])  # noqa: E731
     assert [key(r) for r in results["runs"]] == sorted(map(key, kept))
     assert results["runs"] == [study.without_per_step(run) for run in sorted(kept, key=key)]
