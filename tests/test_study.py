@@ -607,3 +607,28 @@ def test_the_docs_quote_the_studys_report_and_threshold():
     assert f"paired SD {100 * primary['sd']:.1f} points" in prose
     found = [arm for arm, c in saved["secondaries"].items() if c["finding"]]
     assert ("a finding for arm" in prose) == bool(found)
+
+
+def test_the_readme_and_the_decision_page_quote_the_study():
+    """The README's Why tables and docs/choosing.md's answer give the saved analysis's intervals, row by row."""
+    _, saved = _saved_study()
+    cell = lambda c: f"{100 * c['mean']:+.1f} [{100 * c['low']:+.1f}, {100 * c['high']:+.1f}]"  # noqa: E731
+    secondaries = saved["secondaries"]
+    rows = {line.split("|")[1].strip(): line for line in (ROOT / "README.md").read_text().splitlines() if "|" in line}
+    expected = {
+        "pipelined screening at GRPO's budget, k = 4": saved["primary"],
+        "the same with k = 2": secondaries["11"],
+        "screening with refill": secondaries["8"],
+        "refill (DAPO)": secondaries["4"],
+        "zero-variance groups masked, no refill": secondaries["7"],
+        "+ dynamic sampling (= DAPO)": secondaries["4"],
+    }
+    for name, comparison in expected.items():
+        assert rows[name].rstrip(" |").endswith(cell(comparison)), name
+    grpo = secondaries["1"]  # arm 1 - arm 3: the loss and clip-higher are the other way round
+    assert cell({"mean": -grpo["mean"], "low": -grpo["high"], "high": -grpo["low"]}) in rows["+ token-level loss"]
+    page = " ".join((ROOT / "docs" / "choosing.md").read_text().split())
+    assert f"ended {cell(saved['primary'])} points of held-out sampled accuracy above dynamic sampling off" in page
+    assert f"Refill ended {cell(secondaries['4'])} points below dynamic sampling off" in page
+    finding = "(Holm-adjusted finding)" if secondaries["4"]["finding"] else "(no Holm-adjusted finding)"
+    assert f"{cell(secondaries['4'])} points below dynamic sampling off at the same generation {finding}" in page
