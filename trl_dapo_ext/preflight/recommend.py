@@ -24,13 +24,12 @@ The recommendation is screening at GRPO's budget (``dynamic_sampling_fixed_budge
 optimizer steps, more informative groups per step) when its estimated saving reaches the threshold of the `Evidence`
 in use, plain GRPO otherwise. The evidence says where the threshold comes from. The default, `STUDY`, is the
 pre-registered study's measured relation between the saving predicted at a seed's warm start and the accuracy its
-pipelined screening gained (`Evidence.from_relation`, from ``benchmarks/study.py profile-threshold``; docs/ablation.md):
-it set no threshold, and its band of the gain lies within 2 points at every saving it measured (3-17%), so at G = 8
-the answer is "no measurable difference expected", with the gain the fit expects at the dataset's saving; beyond
-those savings it is plain GRPO with "not determined". `SETTING`
-keeps the earlier rule, a 15% threshold (`MIN_SAVING`, a setting). Refill is never the recommendation for a
-generation budget: at an equal number of completions it trains on the same informative groups as GRPO in fewer,
-larger steps.
+pipelined screening gained (`Evidence.from_relation`, from ``benchmarks/study.py profile-threshold``;
+docs/ablation.md): it set no threshold, and its band of the gain lies within 2 points at every saving it measured
+(3-17%), so at G = 8 the answer is "no measurable difference expected", with the gain the fit expects at the dataset's
+saving; beyond those savings it is plain GRPO with "not determined". `SETTING` keeps the earlier rule, a 15% threshold
+(`MIN_SAVING`, a setting). Refill is never the recommendation for a generation budget: at an equal number of
+completions it trains on the same informative groups as GRPO in fewer, larger steps.
 
 Example (five prompts never solved, five solved 4 times in 8; G = 8):
     >>> choice = recommend_mode([0] * 5 + [4] * 5, samples=8, group_size=8)
