@@ -627,6 +627,8 @@ def test_the_readme_and_the_decision_page_quote_the_study():
         assert rows[name].rstrip(" |").endswith(cell(comparison)), name
     grpo = secondaries["1"]  # arm 1 - arm 3: the loss and clip-higher are the other way round
     assert cell({"mean": -grpo["mean"], "low": -grpo["high"], "high": -grpo["low"]}) in rows["+ token-level loss"]
+    readme = (ROOT / "README.md").read_text()
+    assert "docs/ablation.md#results-the-pre-registered-study" in readme and "docs/choosing.md" in readme
     page = " ".join((ROOT / "docs" / "choosing.md").read_text().split())
     assert f"ended {cell(saved['primary'])} points of held-out sampled accuracy above dynamic sampling off" in page
     assert f"Refill ended {cell(secondaries['4'])} points below dynamic sampling off" in page
