@@ -601,7 +601,7 @@ def test_the_docs_quote_the_studys_report_and_threshold():
     assert (SAVED / "profile_threshold.md").read_text() in page
     _, saved = _saved_study()
     primary = saved["primary"]
-    interval = f"{100 * primary['mean']:+.1f} [{100 * primary['low']:+.1f}, {100 * primary['high']:+.1f}]"
+    interval = study._points(primary)
     prose = " ".join(page.split())
     assert f"(k = 4 probes, G = 8) ended {interval} points of held-out sampled accuracy" in prose
     assert f"paired SD {100 * primary['sd']:.1f} points" in prose
@@ -612,7 +612,7 @@ def test_the_docs_quote_the_studys_report_and_threshold():
 def test_the_readme_and_the_decision_page_quote_the_study():
     """The README's Why tables and docs/choosing.md's answer give the saved analysis's intervals, row by row."""
     _, saved = _saved_study()
-    cell = lambda c: f"{100 * c['mean']:+.1f} [{100 * c['low']:+.1f}, {100 * c['high']:+.1f}]"  # noqa: E731
+    cell = study._points  # the report's own format of an interval
     secondaries = saved["secondaries"]
     rows = {line.split("|")[1].strip(): line for line in (ROOT / "README.md").read_text().splitlines() if "|" in line}
     expected = {
