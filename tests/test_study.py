@@ -546,27 +546,25 @@ def test_the_saved_run_order_is_the_one_amendment_5_states():
     assert all(arms in ([3, 10], [10, 3]) for arms in order.values())
 
 
+def _saved_study() -> tuple[dict, dict]:
+    return json.loads((SAVED / "results.json").read_text()), json.loads((SAVED / "study_analysis.json").read_text())
+
+
 def test_the_profile_uses_the_studys_saved_relation():
     """`trl-dapo profile`'s default evidence is the relation `profile-threshold` saved from the study's records and
     warm-start checks (amendment 3), recomputed here from the kept records: its fit, range, threshold and answer."""
     from trl_dapo_ext.preflight.recommend import EVIDENCE, PIPELINED_SCREENING, STUDY_RELATION, Evidence
 
     saved = json.loads((SAVED / "profile_threshold.json").read_text())
-    kept = SAVED / "seeds"
-    runs = [run for path in kept.glob("seed*/results.json") for run in json.loads(path.read_text())["runs"]]
     checks = {}
-    for path in kept.glob("seed*/task_check.json"):
+    for path in (SAVED / "seeds").glob("seed*/task_check.json"):
         checks.update(json.loads(path.read_text())["seeds"])
-    again = study.study_profile_threshold({"runs": runs}, checks)
+    again = study.study_profile_threshold(_saved_study()[0], checks)  # the one results file: the kept records
     assert again["seeds"] == saved["seeds"] == list(range(20))
     assert again["fit"] == pytest.approx(saved["fit"]) and again["answer"] == saved["answer"]
     assert study.threshold_report(again) == (SAVED / "profile_threshold.md").read_text()
     assert {key: saved[key] for key in STUDY_RELATION} == STUDY_RELATION
     assert EVIDENCE == Evidence.from_relation(saved, PIPELINED_SCREENING, group_size=8)
-
-
-def _saved_study() -> tuple[dict, dict]:
-    return json.loads((SAVED / "results.json").read_text()), json.loads((SAVED / "study_analysis.json").read_text())
 
 
 def test_the_study_results_file_holds_every_kept_record():
