@@ -55,7 +55,7 @@ def test_memory_page_rows_are_what_trl_dapo_estimate_computes():
     common = dict(use_peft=True, per_device_train_batch_size=16, gradient_accumulation_steps=4, prompt_length=200)
     common.update(max_completion_length=512, dynamic_sampling=True)
     page = (ROOT / "docs" / "memory.md").read_text()
-    for recipe in ({**common, "dynamic_sampling_max_oversample": 2.0}, {**common, "use_vllm": True}):
+    for recipe in ({**common, "dynamic_sampling_fixed_budget": True}, {**common, "use_vllm": True}):
         result = estimate(shape, Recipe.from_dict(recipe))
         row = " | ".join(f"{value:.2f}" for value in [*result.parts.values(), result.trainer_gib])
         assert row in page, f"docs/memory.md is stale: no row with {row}; rerun trl-dapo estimate"

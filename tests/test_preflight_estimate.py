@@ -115,10 +115,13 @@ def test_recipes_reproduce_the_published_memory_table():
     shape = ModelShape.from_config(PUBLISHED["Qwen/Qwen2.5-0.5B"])
     common = dict(use_peft=True, per_device_train_batch_size=16, gradient_accumulation_steps=4, prompt_length=200)
     common.update(max_completion_length=512, dynamic_sampling=True)
-    transformers = estimate(shape, Recipe.from_dict({**common, "dynamic_sampling_max_oversample": 2.0}))
+    transformers = estimate(shape, Recipe.from_dict({**common, "dynamic_sampling_fixed_budget": True}))
     parts = {k: round(v, 2) for k, v in transformers.parts.items()}
-    assert parts == {"weights": 0.92, "LoRA and optimizer": 0.13, "activations": 1.93, "KV cache": 1.04}
-    assert round(transformers.trainer_gib, 2) == 5.43
+    assert parts == {"weights": 0.92, "LoRA and optimizer": 0.13, "activations": 1.93, "KV cache": 0.52}
+    assert round(transformers.trainer_gib, 2) == 4.83
+    # Refill's rounds reach dynamic_sampling_max_oversample times the batch (2 here): twice the KV cache.
+    refill = estimate(shape, Recipe.from_dict({**common, "dynamic_sampling_max_oversample": 2.0}))
+    assert round(refill.parts["KV cache"], 2) == 1.04 and round(refill.trainer_gib, 2) == 5.43
     vllm = estimate(shape, Recipe.from_dict({**common, "use_vllm": True}))
     assert round(vllm.trainer_gib, 2) == 4.23 and vllm.verdicts["L4 24GB"] == "fits (~11)"
     assert vllm.verdicts["T4 16GB"].startswith("no (no bf16")
@@ -176,7 +179,14 @@ def test_cli_on_every_recipe_and_with_a_profile(tmp_path, capsys):
     assert "128.0 KiB per position" in out and "50 + 512 tokens" in out
     data = json.loads(report.read_text())
     assert data["kv_bytes_per_position"] == 131072
-    assert data["tokens_per_step"] == 64 / 0.25 * 100.0
+    assert data["tokens_per_step"] == 64 * 100.0  # the recipe's fixed budget: the batch, whatever the retention
+    # The same recipe with DAPO's refill: the batch over the profile's retention.
+    refill = tmp_path / "refill.yaml"
+    screening = ("dynamic_sampling_screen_generations", "dynamic_sampling_fixed_budget", "dynamic_sampling_pipeline")
+    lines = (RECIPES / "gsm8k_lora_1gpu.yaml").read_text().splitlines()
+    refill.write_text("\n".join(line for line in lines if not line.startswith(screening)))
+    assert estimate_cli.main(["--config", str(refill), *argv[2:], "--json", str(report)]) == 0
+    assert json.loads(report.read_text())["tokens_per_step"] == 64 / 0.25 * 100.0
 
 
 @pytest.mark.parametrize(
@@ -218,3 +228,17 @@ def test_recipe_model_folder_that_does_not_exist_says_which_command_makes_it(tmp
     assert err.count("\n") == 1 and "Traceback" not in err
     assert err.startswith("trl-dapo estimate: error: model_name_or_path runs/demo/final does not exist")
     assert "run trl-dapo demo --quick first" in err
+
+
+def test_a_fixed_budget_generates_the_batch_whatever_the_retention():
+    """At GRPO's budget (`dynamic_sampling_fixed_budget`, the recipes' mode) a step generates at most the batch, in
+    calls no larger than plain GRPO's: the tokens and the KV cache are dynamic sampling off's, not refill's."""
+    shape = ModelShape.from_config(PUBLISHED["Qwen/Qwen2.5-0.5B"])
+    sizes = dict(per_device_train_batch_size=16, gradient_accumulation_steps=4, max_completion_length=512)
+    off = estimate(shape, Recipe.from_dict(sizes), mean_completion_length=200.0, retention=0.5)
+    fixed = Recipe.from_dict({**sizes, "dynamic_sampling": True, "dynamic_sampling_fixed_budget": True})
+    budget = estimate(shape, fixed, mean_completion_length=200.0, retention=0.5)
+    refill = estimate(shape, Recipe.from_dict({**sizes, "dynamic_sampling": True}), 200.0, retention=0.5)
+    assert budget.tokens_per_step == off.tokens_per_step == 64 * 200.0 < refill.tokens_per_step
+    assert budget.parts == off.parts and refill.parts["KV cache"] == 4 * off.parts["KV cache"]
+    assert any("GRPO's budget" in note for note in budget.notes)

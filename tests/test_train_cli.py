@@ -12,6 +12,7 @@ from datasets import Dataset
 
 from trl_dapo_ext.cli import main as cli_main
 from trl_dapo_ext.cli import train as train_cli
+from trl_dapo_ext.preflight.recommend import PIPELINED_SCREENING
 from trl_dapo_ext.tiny import save_tiny_model
 
 RECIPES = sorted((Path(__file__).resolve().parents[1] / "trl_dapo_ext" / "recipes").glob("*.yaml"))
@@ -82,6 +83,17 @@ def test_recipe_specifics():
     )
     zero2 = yaml.safe_load((RECIPES[0].parent / "accelerate" / "zero2.yaml").read_text())
     assert zero2["distributed_type"] == "DEEPSPEED" and zero2["deepspeed_config"]["zero_stage"] == 2
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda path: path.stem)
+def test_recipe_chooses_groups_as_the_study_supports(recipe):
+    """Every recipe runs the study's primary mode (pipelined screening at GRPO's budget, `recommend.PIPELINED_SCREENING`)
+    with half the group as probes, not DAPO's refill, which the study measured behind it (docs/choosing.md)."""
+    _, training_args, _ = train_cli.parse_args(["--config", str(recipe), *CPU_OVERRIDES])
+    mode = {**PIPELINED_SCREENING, "dynamic_sampling_screen_generations": training_args.num_generations // 2}
+    assert {key: getattr(training_args, key) for key in mode} == mode
+    text = recipe.read_text()
+    assert "docs/choosing.md#the-shipped-recipes" in text and "dynamic_sampling_on_exhausted: fill" in text
 
 
 def test_flags_override_the_recipe():
@@ -225,7 +237,7 @@ def test_two_step_cpu_run_on_top_of_a_recipe(tmp_path, tiny_model_dir, capsys):
         "--model_name_or_path", str(tiny_model_dir), "--dataset_name", str(data), "--dtype", "float32",
         *CPU_OVERRIDES, "--use_vllm", "false", "--gradient_checkpointing", "false",
         "--max_steps", "2", "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "1",
-        "--num_generations", "4", "--max_completion_length", "12", "--overlong_buffer_length", "4",
+        "--num_generations", "4", "--dynamic_sampling_screen_generations", "2", "--max_completion_length", "12", "--overlong_buffer_length", "4",
         "--save_strategy", "no", "--log_completions", "false", "--disable_tqdm", "true",
         "--output_dir", str(output),
     ]  # fmt: skip
@@ -233,7 +245,8 @@ def test_two_step_cpu_run_on_top_of_a_recipe(tmp_path, tiny_model_dir, capsys):
 
     state = json.loads((output / "trainer_state.json").read_text())
     assert state["global_step"] == 2
-    assert any("dynamic_sampling/rounds" in entry for entry in state["log_history"])  # the recipe's DAPO features
+    screened = [entry for entry in state["log_history"] if "dynamic_sampling/screened_prompts" in entry]
+    assert screened  # the recipe's screening
     assert (output / "adapter_model.safetensors").is_file()  # LoRA from the recipe: only the adapter is saved
     summary = json.loads((output / "train_summary.json").read_text())
     assert summary["steps"] == 2 and summary["device"] == "cpu" and summary["steps_per_s"] > 0

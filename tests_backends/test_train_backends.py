@@ -97,3 +97,28 @@ def test_train_command_qlora_4bit_on_cpu(model_dir, dataset_file, tmp_path, trai
     # Not bit-equal: the trained model's kernels ran in training layout; the adapter's own effect is far larger.
     gap, effect = (got - expected).abs().max().item(), (without - expected).abs().max().item()
     assert gap < 0.05 * effect, (gap, effect)
+
+
+def test_train_command_qlora_with_pipelined_screening(model_dir, dataset_file, tmp_path, trained):
+    """The T4 recipe's combination: a 4-bit base with LoRA, transformers generation, pipelined screening at GRPO's
+    budget (the carried probes' old log-probabilities come from the quantized policy that generated them)."""
+    recipe = tmp_path / "qlora_pipelined.yaml"
+    screening = "\n".join(
+        [
+            "dynamic_sampling_screen_generations: 2",
+            "dynamic_sampling_fixed_budget: true",
+            "dynamic_sampling_pipeline: true",
+        ]
+    )
+    text = (RECIPES / "tiny_qlora_cpu.yaml").read_text()
+    assert "dynamic_sampling_oversample: 1.0" in text
+    recipe.write_text(text.replace("dynamic_sampling_oversample: 1.0", screening))
+    summary = _run(str(recipe), model_dir, dataset_file, tmp_path / "run")
+    assert summary["steps"] == 3
+    import bitsandbytes as bnb
+
+    assert any(isinstance(module, bnb.nn.Linear4bit) for module in trained["trainer"].model.modules())
+    history = json.loads((tmp_path / "run" / "trainer_state.json").read_text())["log_history"]
+    steps = [entry for entry in history if "dynamic_sampling/carried_probes" in entry]
+    assert len(steps) == 3 and steps[0]["dynamic_sampling/carried_probes"] > 0
+    assert all(entry["dynamic_sampling/stale_row_share"] > 0 for entry in steps[1:]), steps

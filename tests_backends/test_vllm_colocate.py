@@ -8,6 +8,7 @@ refill round of a step (the rounds must all sample from the policy being trained
 
 from __future__ import annotations
 
+import pytest
 import torch
 from backend_helpers import LOGP_TOLERANCE, RoundLog, colocate_kwargs, kind_dataset, kind_reward
 from trl import GRPOConfig, GRPOTrainer
@@ -51,11 +52,24 @@ def test_dapo_refill_rounds_all_sample_from_the_current_policy(model_dir, tmp_pa
     _assert_in_sync(log)
 
 
-def test_lora_adapter_through_vllm_colocate(model_dir, tmp_path):
+# Refill rounds; and pipelined screening at GRPO's budget, the mode of the LoRA + vLLM colocate recipe.
+CHOOSING_MODES = {
+    "refill": dict(dynamic_sampling=True, dynamic_sampling_oversample=1.0),
+    "pipelined": dict(
+        dynamic_sampling=True,
+        dynamic_sampling_screen_generations=2,
+        dynamic_sampling_fixed_budget=True,
+        dynamic_sampling_pipeline=True,
+    ),
+}
+
+
+@pytest.mark.parametrize("mode", CHOOSING_MODES)
+def test_lora_adapter_through_vllm_colocate(model_dir, tmp_path, mode):
     from peft import LoraConfig
 
     peft_config = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
-    args = DAPOConfig(**colocate_kwargs(tmp_path), dynamic_sampling=True, dynamic_sampling_oversample=1.0)
+    args = DAPOConfig(**colocate_kwargs(tmp_path), **CHOOSING_MODES[mode])
     trainer = DAPOTrainer(
         model_dir, reward_funcs=[kind_reward], args=args, train_dataset=kind_dataset(), peft_config=peft_config
     )

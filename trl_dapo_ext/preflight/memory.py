@@ -221,6 +221,7 @@ class Recipe:
     vllm_gpu_memory_utilization: float = 0.3
     dynamic_sampling: bool = False
     dynamic_sampling_max_oversample: float = 4.0
+    dynamic_sampling_fixed_budget: bool = False
     num_processes: int = 1
     zero_stage: int = 0
     ds3_gather_for_generation: bool = True
@@ -351,7 +352,9 @@ def estimate(
     if mean_completion_length is None:
         notes.append("tokens per step assume every completion reaches max_completion_length (give a profile)")
     attempted = float(recipe.step_completions)
-    if recipe.dynamic_sampling:
+    if recipe.dynamic_sampling and recipe.dynamic_sampling_fixed_budget:
+        notes.append("dynamic sampling at GRPO's budget: at most the batch generated per step")
+    elif recipe.dynamic_sampling:
         if retention is not None and retention > 0:
             attempted = recipe.step_completions / retention
             notes.append(f"dynamic sampling at retention {retention:.2f}: ~{1 / retention:.2f}x the batch generated")
@@ -411,7 +414,9 @@ def _activation_bytes(shape: ModelShape, recipe: Recipe) -> float:
 def _generation_bytes(shape: ModelShape, recipe: Recipe, per_position: float, notes: list[str]) -> tuple[float, float]:
     """(KV cache in the training process, what vLLM needs at least): transformers generation keeps the KV cache of
     a whole round in the trainer; vLLM holds its own weights and cache (a note says how much)."""
-    round_cap = recipe.dynamic_sampling_max_oversample if recipe.dynamic_sampling else 1.0
+    # A fixed budget never generates more than plain GRPO's batch in one call; refill's rounds reach max_oversample.
+    refill = recipe.dynamic_sampling and not recipe.dynamic_sampling_fixed_budget
+    round_cap = recipe.dynamic_sampling_max_oversample if refill else 1.0
     sequences = math.ceil(recipe.generation_batch * round_cap)
     if not recipe.use_vllm:
         return kv_cache_bytes(per_position, sequences, recipe.prompt_length, recipe.max_completion_length), 0.0
