@@ -143,6 +143,7 @@ def test_the_default_evidence_is_the_studys_no_measurable_difference_at_g_8():
         assert f"expects a gain of {100 * mean:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}] points" in choice.reason
         if low_covered <= choice.saving <= high_covered:  # the study's answer
             assert choice.mode == NO_DIFFERENCE and "within 2 points" in choice.reason
+            assert "or keep pipelined screening at GRPO's budget (the recipes' mode)" in choice.reason
             assert "an extrapolation" not in choice.reason
         else:  # a saving the study did not measure: no answer claimed
             assert choice.mode == "plain GRPO" and "an extrapolation" in choice.reason

@@ -348,6 +348,9 @@ def _screening_or_not(
         reason = f"{said}; the study set no threshold: its band of the gain does not stay above 0 up to the largest "
         reason += f"saving it measured, and is {size} wherever it measured ({evidence.answer}); leave dynamic "
         reason += "sampling off"
+        if mode == NO_DIFFERENCE:  # the recipes' mode generates no more than off does and was not measured worse
+            reason += ", or keep pipelined screening at GRPO's budget (the recipes' mode): at equal generation the "
+            reason += "study found the two within a fraction of a point"
         return Recommendation(mode, off, reason, saving=saving, **estimate)
     unsure = (
         f"; the interval includes {threshold:.0%}: more prompts or samples would settle it"
