@@ -122,3 +122,27 @@ def test_train_command_qlora_with_pipelined_screening(model_dir, dataset_file, t
     steps = [entry for entry in history if "dynamic_sampling/carried_probes" in entry]
     assert len(steps) == 3 and steps[0]["dynamic_sampling/carried_probes"] > 0
     assert all(entry["dynamic_sampling/stale_row_share"] > 0 for entry in steps[1:]), steps
+
+
+def test_the_padding_probe_leaves_4bit_layers_trainable(model_dir):
+    """`positions.left_padding_moves_logits` runs the model in eval mode without gradients, which on a CPU with
+    AVX512-BF16 makes bitsandbytes repack a 4-bit weight into an inference-only layout for good; the probe keeps the
+    4-bit layers in training mode, so a training forward and backward still work after it."""
+    import bitsandbytes as bnb
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+    from trl_dapo_ext.positions import left_padding_moves_logits
+
+    quantization = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True)
+    base = AutoModelForCausalLM.from_pretrained(model_dir, quantization_config=quantization, device_map="cpu")
+    lora = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
+    model = get_peft_model(base, lora)
+    model.train()
+    assert left_padding_moves_logits(model, pad_token_id=0) is False  # Qwen2: rotary positions
+    layers = [module for module in model.modules() if isinstance(module, bnb.nn.Linear4bit)]
+    assert layers and model.training and all(module.training for module in layers)
+    assert not any(getattr(module.weight.quant_state, "packing_format_for_cpu", False) for module in layers)
+    ids = torch.tensor([[5, 6, 7, 8]])
+    model(input_ids=ids).logits.float().sum().backward()  # failed in bitsandbytes' 4-bit matmul after the repack
+    assert any(p.grad is not None for name, p in model.named_parameters() if "lora_" in name)

@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import torch
@@ -73,6 +74,7 @@ def left_padding_moves_logits(model: torch.nn.Module, pad_token_id: int) -> bool
     mask = (torch.arange(padded.shape[1], device=parameter.device) >= PROBE_PADDING).long().unsqueeze(0)
     was_training = model.training
     model.eval()  # no dropout
+    _keep_4bit_layers_trainable(model)
     try:
         alone = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits.float().log_softmax(-1)
         shifted = model(input_ids=padded, attention_mask=mask).logits[:, PROBE_PADDING:].float().log_softmax(-1)
@@ -80,6 +82,20 @@ def left_padding_moves_logits(model: torch.nn.Module, pad_token_id: int) -> bool
         model.train(was_training)
     tolerance = TOLERANCE.get(parameter.dtype, HALF_PRECISION_TOLERANCE)
     return bool((alone - shifted).abs().max() > tolerance)
+
+
+def _keep_4bit_layers_trainable(model: torch.nn.Module) -> None:
+    """Put bitsandbytes' 4-bit layers back in training mode for the probe. On a CPU with AVX512-BF16, a `Linear4bit`
+    called in eval mode without gradients repacks its weight into an inference-only layout for good
+    (bitsandbytes' ``Linear4bit.forward``), and every training forward after it fails ("a view of a leaf Variable
+    that requires grad is being used in an in-place operation"). Their training flag changes nothing else; dropout
+    lives in its own modules, which stay in eval mode."""
+    bitsandbytes = sys.modules.get("bitsandbytes")  # loaded already wherever a model holds 4-bit layers
+    if bitsandbytes is None:
+        return
+    for module in model.modules():
+        if isinstance(module, bitsandbytes.nn.Linear4bit):
+            module.train()
 
 
 def check_left_padding(model: torch.nn.Module, args: Any, beta: float, pad_token_id: int) -> None:
