@@ -239,6 +239,24 @@ def test_the_completions_table_shows_carried_rows_at_the_step_that_trains_them(m
     assert ds_logs(trainer)[-1][N.DYNAMIC_SAMPLING_STALE_ROW_SHARE] > 0  # rows from the previous step among them
 
 
+def test_the_completions_table_switched_on_mid_run_shows_the_carried_rows(make_model, tokenizer, tmp_path):
+    """The notebooks' `CompletionsEvery` turns `log_completions` on every N steps: the step that trains probes carried
+    from a step without the table shows them too (it raised IndexError)."""
+    from trl_dapo_ext.notebook import CompletionsEvery
+
+    trainer, _, recorder = build(
+        make_model, tokenizer, tmp_path, kinds_dataset(["varying"], 24), max_steps=2, log_completions=False, **PIPELINE
+    )
+    trainer.add_callback(CompletionsEvery(trainer, every=2))  # off at step 1, on at step 2
+    trainer.train()
+    batch = recorder.batches[-1]
+    assert trainer.log_completions and ds_logs(trainer)[-1][N.DYNAMIC_SAMPLING_STALE_ROW_SHARE] > 0
+    assert list(trainer._logs["prompt"]) == tokenizer.batch_decode(batch["prompt_ids"], skip_special_tokens=True)
+    assert list(trainer._logs["completion"]) == tokenizer.batch_decode(
+        batch["completion_ids"], skip_special_tokens=True
+    )
+
+
 def test_pipelined_screening_trains_a_lora_adapter_over_several_micro_batches(make_model, tokenizer, tmp_path):
     """LoRA, and a generation cycle of two micro-batches (gradient_accumulation_steps = steps_per_generation = 2):
     one call per step after the first, the adapter alone learns."""
@@ -362,3 +380,14 @@ def test_with_refill_a_short_step_completes_its_own_carry_rounds_probes(make_mod
         completed_in_step |= trained & earlier
     assert completed_in_step  # some short step trained prompts its own earlier call probed
     assert_pipelined_funnel(logs)
+
+
+def test_carried_rows_without_kept_table_entries_show_as_none():
+    """A carry written without its table entries (a checkpoint of a run whose table was off) still gives one entry
+    per carried row, so the table's rebuild finds every row."""
+    from trl_dapo_ext.dynamic_sampling.carry import shared_logs
+
+    logs, stride = shared_logs(None, 3)
+    assert stride == 3 and logs["prompt"] == logs["completion"] == [None] * 3 and logs["extra"] == {}
+    kept = {"prompt": ["a", "b"], "completion": ["x", "y"], "extra": {"id": [1, 2]}}
+    assert shared_logs(kept, 2) == (kept, 2)

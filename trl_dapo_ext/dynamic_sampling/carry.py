@@ -105,11 +105,15 @@ def _carried_logs(origins: list[tuple[int, int, int]], round_logs: dict[int, dic
     return logs
 
 
-def shared_logs(local_logs: dict[str, Any] | None) -> tuple[dict[str, Any], int]:
+def shared_logs(local_logs: dict[str, Any] | None, local_rows: int = 0) -> tuple[dict[str, Any], int]:
     """Every process's carried completions-table entries as one round's buffers, and the round's rows per process
     (the longest process's; shorter ones padded with None): process ``p``'s carried row ``i`` is entry
-    ``p * stride + i``, where `assembly.rebuild_completion_logs` looks for it. Call it on every process."""
-    parts = [part or {"prompt": [], "completion": [], "extra": {}} for part in gather_object([local_logs])]
+    ``p * stride + i``, where `assembly.rebuild_completion_logs` looks for it. ``local_rows``: this process's carried
+    rows, shown as None where their entries were not kept (a checkpoint written without them). Call it on every
+    process."""
+    if local_logs is None:
+        local_logs = {"prompt": [None] * local_rows, "completion": [None] * local_rows, "extra": {}}
+    parts = gather_object([local_logs])
     stride = max(len(part["prompt"]) for part in parts)
     columns = sorted({column for part in parts for column in part["extra"]})
     logs: dict[str, Any] = {"prompt": [], "completion": [], "extra": {column: [] for column in columns}}

@@ -284,7 +284,8 @@ class ScreeningCollector(BatchCollector):
         self.stale_dropped: list[Probe] = []
         logs = None
         if trainer.log_completions:  # every process's carried entries, in one buffer (gathered on every process)
-            logs, stride = shared_logs(carried.logs if carried is not None else None)
+            local = None if carried is None else (carried.logs, len(carried.rows.output["completion_ids"]))
+            logs, stride = shared_logs(*(local or (None, 0)))
             if carried is not None:
                 carried.rows.local_count = stride
         if carried is None:
@@ -307,7 +308,7 @@ class ScreeningCollector(BatchCollector):
         self.carried_out = sum(self._gathered([len(carried)]))
         if carried:
             trainer = self.trainer
-            logs = self.round_logs if trainer.log_completions else None
+            logs = self.round_logs
             pad_token_id, process_index = trainer._tokenizer.pad_token_id, trainer.accelerator.process_index
             self.sampler.carried = carry_round(carried, self.cycle, pad_token_id, logs, process_index)
             if trainer.carried_logps_only:  # trained next step, against this policy's log-probabilities
@@ -383,7 +384,9 @@ class ScreeningCollector(BatchCollector):
     def _generated_round(self, rows: list[dict[str, Any]], round_index: int) -> RoundRows:
         """One generation call on ``rows`` (TRL's, in groups of ``k``), timed, counted and scored."""
         trainer, sampler = self.trainer, self.sampler
-        if trainer.log_completions:
+        # Pipelined, every round keeps its table entries: a probe carried from a step without the table may be
+        # trained at a step with it (the notebooks' `CompletionsEvery` turns it on every N steps).
+        if trainer.log_completions or self.pipeline:
             trainer._logs = self.round_logs[round_index] = _empty_like(self.original_logs)
         started = time.perf_counter()
         output, scored = self._generate(rows)
