@@ -284,8 +284,8 @@ class ScreeningCollector(BatchCollector):
         self.stale_dropped: list[Probe] = []
         logs = None
         if trainer.log_completions:  # every process's carried entries, in one buffer (gathered on every process)
-            local = None if carried is None else (carried.logs, len(carried.rows.output["completion_ids"]))
-            logs, stride = shared_logs(*(local or (None, 0)))
+            rows = 0 if carried is None else len(carried.rows.output["completion_ids"])
+            logs, stride = shared_logs(carried.logs if carried is not None else None, rows)
             if carried is not None:
                 carried.rows.local_count = stride
         if carried is None:
