@@ -607,6 +607,20 @@ def test_the_docs_quote_the_studys_report_and_threshold():
     assert ("a finding for arm" in prose) == bool(found)
 
 
+def test_the_exploratory_g16_pair_is_what_analyze_gives_and_the_docs_quote_it():
+    """The protocol's exploratory pair (G = 16, seeds 0-9): the saved report is `analyze --exploratory` of its one
+    results file, and docs/ablation.md quotes it whole."""
+    results = json.loads((SAVED / "g16" / "results.json").read_text())
+    assert results["plan"]["demo"]["num_generations"] == 16
+    assert sorted((run["seed"], run["arm"]) for run in results["runs"]) == [(s, a) for s in range(10) for a in (3, 10)]
+    analysis = study.analyze(results)
+    assert json.loads(json.dumps(analysis)) == json.loads((SAVED / "exploratory_analysis.json").read_text())
+    names = {run["arm"]: run.get("arm_name", "") for run in results["runs"]}
+    text = study.report(analysis, names, "G = 16")
+    assert text == (SAVED / "exploratory_analysis.md").read_text() and analysis["primary"]["n"] == 10
+    assert text in (ROOT / "docs" / "ablation.md").read_text()
+
+
 def test_the_readme_and_the_decision_page_quote_the_study():
     """The README's Why tables and docs/choosing.md's answer give the saved analysis's intervals, row by row."""
     _, saved = _saved_study()
