@@ -619,6 +619,9 @@ def test_the_exploratory_g16_pair_is_what_analyze_gives_and_the_docs_quote_it():
     text = study.report(analysis, names, "G = 16")
     assert text == (SAVED / "exploratory_analysis.md").read_text() and analysis["primary"]["n"] == 10
     assert text in (ROOT / "docs" / "ablation.md").read_text()
+    choosing = " ".join((ROOT / "docs" / "choosing.md").read_text().split())
+    reading = analysis["primary"]["reading"]
+    assert f"pipelined screening ended {study._points(analysis['primary'])}: {reading}." in choosing
 
 
 def test_the_readme_and_the_decision_page_quote_the_study():
