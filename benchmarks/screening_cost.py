@@ -24,6 +24,7 @@ import os
 import sys
 import tempfile
 import warnings
+from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -119,7 +120,13 @@ class StubTrainer:
         self.reward_func_names, self.task_reward_indices = ["pass_rate"], [0]
         self.reward_weights = torch.ones(1)
         self._metrics: dict[str, dict[str, list]] = {"train": {}}
-        self._logs: dict[str, Any] = {}
+        # TRL's completions-table buffers (pipelined screening carries each probe's entries to the step that trains it)
+        table = args.generation_batch_size  # TRL's bound on each buffer
+        self._logs: dict[str, Any] = {
+            "prompt": deque(maxlen=table),
+            "completion": deque(maxlen=table),
+            "extra": defaultdict(lambda: deque(maxlen=table)),
+        }
         self.log_completions = False
         self.callback_handler = SimpleNamespace(callbacks=[])
         self.dynamic_sampling = DynamicSampler(
@@ -134,6 +141,8 @@ class StubTrainer:
         tasks = [row["task"] for row in rows]
         rewards = torch.tensor(self.rng.random(len(rows)) < self.success[tasks], dtype=torch.float32)[:, None]
         ones = torch.ones(len(rows), dtype=torch.long)
+        self._logs["prompt"].extend(row["prompt"] for row in rows)  # as TRL writes each round's table entries
+        self._logs["completion"].extend("" for _ in rows)
         scored = ScoredRound(rewards, [[1]] * len(rows), lengths=ones, truncated=torch.zeros_like(ones, dtype=bool))
         return {"completion_ids": ones[:, None]}, scored
 

@@ -91,20 +91,15 @@ def carry_round(
 
 def _carried_logs(origins: list[tuple[int, int, int]], round_logs: dict[int, dict], process_index: int) -> dict:
     """This process's carried rows' completions-table entries, in row order (a round's buffers hold every
-    process's rows: process ``p``'s row ``i`` of a round of ``n`` rows per process is entry ``p * n + i``). An entry
-    the round did not write is None: the table is a diagnostic and never stops training."""
-
-    def entry(values: Any, index: int) -> Any:
-        return values[index] if index < len(values) else None
-
+    process's rows: process ``p``'s row ``i`` of a round of ``n`` rows per process is entry ``p * n + i``)."""
     logs: dict[str, Any] = {"prompt": [], "completion": [], "extra": {}}
     for row, (round_index, local_count, local_row) in enumerate(origins):
-        source, index = round_logs.get(round_index, {}), process_index * local_count + local_row
-        logs["prompt"].append(entry(source.get("prompt", ()), index))
-        logs["completion"].append(entry(source.get("completion", ()), index))
-        for column, values in source.get("extra", {}).items():
+        source, index = round_logs[round_index], process_index * local_count + local_row
+        logs["prompt"].append(source["prompt"][index])
+        logs["completion"].append(source["completion"][index])
+        for column, values in source["extra"].items():
             logs["extra"].setdefault(column, [None] * row)
-            logs["extra"][column].append(entry(values, index))
+            logs["extra"][column].append(values[index] if index < len(values) else None)
         for values in logs["extra"].values():
             values.extend([None] * (row + 1 - len(values)))
     return logs
