@@ -259,6 +259,11 @@ class Recipe:
         """Completions per process per optimizer step (the update batch)."""
         return self.per_device_train_batch_size * self.gradient_accumulation_steps
 
+    @property
+    def refills(self) -> bool:
+        """Whether a step may generate beyond its batch (refill); at GRPO's budget it never does."""
+        return self.dynamic_sampling and not self.dynamic_sampling_fixed_budget
+
 
 @dataclass(frozen=True)
 class Estimate:
@@ -352,14 +357,13 @@ def estimate(
     if mean_completion_length is None:
         notes.append("tokens per step assume every completion reaches max_completion_length (give a profile)")
     attempted = float(recipe.step_completions)
-    if recipe.dynamic_sampling and recipe.dynamic_sampling_fixed_budget:
-        notes.append("dynamic sampling at GRPO's budget: at most the batch generated per step")
+    if recipe.refills and retention is not None and retention > 0:
+        attempted = recipe.step_completions / retention
+        notes.append(f"dynamic sampling at retention {retention:.2f}: ~{1 / retention:.2f}x the batch generated")
+    elif recipe.refills:
+        notes.append("dynamic sampling: generation grows by 1/retention (give a profile for the retention)")
     elif recipe.dynamic_sampling:
-        if retention is not None and retention > 0:
-            attempted = recipe.step_completions / retention
-            notes.append(f"dynamic sampling at retention {retention:.2f}: ~{1 / retention:.2f}x the batch generated")
-        else:
-            notes.append("dynamic sampling: generation grows by 1/retention (give a profile for the retention)")
+        notes.append("dynamic sampling at GRPO's budget: at most the batch generated per step")
     return Estimate(
         parts={k: v / GIB for k, v in parts.items()},
         trainer_gib=trainer / GIB,
@@ -415,8 +419,7 @@ def _generation_bytes(shape: ModelShape, recipe: Recipe, per_position: float, no
     """(KV cache in the training process, what vLLM needs at least): transformers generation keeps the KV cache of
     a whole round in the trainer; vLLM holds its own weights and cache (a note says how much)."""
     # A fixed budget never generates more than plain GRPO's batch in one call; refill's rounds reach max_oversample.
-    refill = recipe.dynamic_sampling and not recipe.dynamic_sampling_fixed_budget
-    round_cap = recipe.dynamic_sampling_max_oversample if refill else 1.0
+    round_cap = recipe.dynamic_sampling_max_oversample if recipe.refills else 1.0
     sequences = math.ceil(recipe.generation_batch * round_cap)
     if not recipe.use_vllm:
         return kv_cache_bytes(per_position, sequences, recipe.prompt_length, recipe.max_completion_length), 0.0
